@@ -85,7 +85,7 @@ def build_parser():
 
 def parse_args(argv=None):
     parser = build_parser()
-    if "tiny" in parser.parse_known_args(argv)[0].model:
+    if parser.parse_known_args(argv)[0].model == "tiny":
         parser.set_defaults(**TINY)
     args = parser.parse_args(argv)
     err = parser.error
@@ -112,6 +112,28 @@ def parse_args(argv=None):
 # ----------------------------------------------------------------------------
 # ALGO LOGIC: the paper's math. Pure functions of tensors: paste them anywhere.
 # ----------------------------------------------------------------------------
+def tail_miss_probability(N, mu_pos, tau):
+    """Pr(B), Lemma 3.1: the chance that a group of N samples updates the policy
+    yet misses a set E of correct answers holding probability mass tau.
+
+    mu_pos is the total correct mass, 0 < tau < mu_pos <= 1. The update is
+    active when the group's rewards are mixed; it then pushes mass onto the
+    sampled correct answers, so the unsampled E loses mass. Pr(B) is
+    non-monotonic in N: small groups are rarely mixed (no update at all), large
+    groups rarely miss E, and in between the harm peaks (mu_pos = 0.5, tau = 0.05:
+    about 0.72 at N = 5). Prompts with high mu_pos stay mixed yet miss E most
+    often, which is why the focal weight g(x) down-weights them.
+    """
+    if not (isinstance(N, int) and N >= 1):
+        raise ValueError(f"N must be an integer >= 1, got {N!r}")
+    if not 0 < mu_pos <= 1:
+        raise ValueError(f"mu_pos must lie in (0, 1], got {mu_pos}")
+    if not 0 < tau < mu_pos:
+        raise ValueError(f"tau must lie in (0, mu_pos) = (0, {mu_pos}), got {tau}")
+    # Lemma 3.1: Pr(no sample in E) - Pr(all correct, none in E) - Pr(all wrong)
+    return (1 - tau) ** N - (mu_pos - tau) ** N - (1 - mu_pos) ** N
+
+
 def focal_weight(rewards, gamma):
     """F-GRPO's focal coefficient, one scalar per prompt.
 

@@ -163,6 +163,30 @@ def test_pass_at_k_against_enumeration():
         fgrpo.pass_at_k(4, 1, 5)
 
 
+# ---------------------------------------------------------------- the theory (Lemma 3.1)
+@pytest.mark.parametrize("N,mu_pos,tau", [(2, 0.5, 0.05), (5, 0.5, 0.05), (8, 0.9, 0.1), (16, 0.3, 0.02),
+                                          (3, 1.0, 0.4)])
+def test_tail_miss_probability_against_monte_carlo(N, mu_pos, tau):
+    # draw 200,000 groups of N answers from {in E, correct not in E, wrong}; B = active and misses E
+    M = 200_000
+    gen = torch.Generator().manual_seed(N)
+    draws = torch.multinomial(torch.tensor([tau, mu_pos - tau, 1 - mu_pos]), M * N, replacement=True,
+                              generator=gen).view(M, N)
+    hit_e, other, wrong = ((draws == c).any(-1) for c in range(3))
+    p_hat = (~hit_e & other & wrong).float().mean().item()
+    p = fgrpo.tail_miss_probability(N, mu_pos, tau)
+    assert abs(p - p_hat) < 4 * math.sqrt(max(p * (1 - p), 1e-12) / M) + 1e-9
+
+
+def test_tail_miss_probability_peak_and_errors():
+    probs = {N: fgrpo.tail_miss_probability(N, 0.5, 0.05) for N in range(1, 65)}
+    assert max(probs, key=probs.get) == 5
+    assert probs[5] == pytest.approx(0.95 ** 5 - 0.45 ** 5 - 0.5 ** 5) and probs[5] == pytest.approx(0.724, abs=1e-3)
+    for bad in [(0, 0.5, 0.1), (2.5, 0.5, 0.1), (4, 0.0, 0.0), (4, 1.2, 0.1), (4, 0.5, 0.5), (4, 0.5, 0.0)]:
+        with pytest.raises(ValueError):
+            fgrpo.tail_miss_probability(*bad)
+
+
 # ---------------------------------------------------------------- token_logprobs
 def _random_qwen(vocab=300, seed=0):
     from transformers import Qwen2Config, Qwen2ForCausalLM
