@@ -282,11 +282,12 @@ def _pool_map(fn, tasks, timeout, default, desc):
                 out[i] = job.get(timeout)
             except mp.TimeoutError:
                 warnings.warn(f"verify: an item exceeded {timeout}s and scores 0; restarting workers")
-                for j, rest in jobs[k + 1:]:
-                    if rest.ready() and rest.successful():
-                        out[j] = rest.get()
-                    elif not rest.ready():
+                for j, rest in jobs[k + 1:]:  # keep what finished, redo the rest in a new pool
+                    if not rest.ready():
                         todo.append(j)
+                    elif rest.successful():
+                        out[j] = rest.get()
+                bar.update(len(jobs) - k - len(todo))
                 _POOL.terminate()
                 _POOL = None
                 break
@@ -394,6 +395,8 @@ def load_policy(args, path):
         return build_tiny(args.seed)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token is None:  # e.g. Llama: padding is masked out anyway
+        tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     if args.model == "tiny":  # resuming the demo: the toy task is rebuilt from the seed
         _, _, train, held_out = build_tiny(args.seed, warm_steps=0)
@@ -543,25 +546,27 @@ def take(problems, pos, count, seed):
     return out
 
 
+def sample_and_score(model, tok, problems, n, args):
+    """n completions per problem and their 0/1 rewards: (samples, rewards (P, n), seconds)."""
+    t0 = time.time()
+    samples = rollout(model, tok, [format_prompt(tok, p["problem"]) for p in problems], n, args)
+    t1 = time.time()
+    texts = tok.batch_decode([c for _, c, _ in samples], skip_special_tokens=True)
+    rewards = torch.tensor(verify(texts, [p["answer"] for p in problems for _ in range(n)]))
+    return samples, rewards.view(len(problems), n), (t1 - t0, time.time() - t1)
+
+
 def evaluate(model, tok, problems, args):
     """pass@1 and pass@n over `problems`, n = args.eval_n samples each."""
-    samples = rollout(model, tok, [format_prompt(tok, p["problem"]) for p in problems], args.eval_n, args)
-    texts = tok.batch_decode([c for _, c, _ in samples], skip_special_tokens=True)
-    correct = torch.tensor(verify(texts, [p["answer"] for p in problems for _ in range(args.eval_n)]))
-    c = correct.view(len(problems), args.eval_n).sum(-1).int().tolist()
+    c = sample_and_score(model, tok, problems, args.eval_n, args)[1].sum(-1).int().tolist()
     return [sum(pass_at_k(args.eval_n, ci, k) for ci in c) / len(c) for k in (1, args.eval_n)]
 
 
 def run_step(model, tok, opt, problems, args):
     """Rollout, reward, advantages, updates for one batch of problems; returns its metrics."""
-    t0 = time.time()
-    samples = rollout(model, tok, [format_prompt(tok, p["problem"]) for p in problems], args.n, args)
-    t1 = time.time()
-    texts = tok.batch_decode([c for _, c, _ in samples], skip_special_tokens=True)
-    rewards = torch.tensor(verify(texts, [p["answer"] for p in problems for _ in range(args.n)]))
-    rewards = rewards.view(len(problems), args.n)
+    samples, rewards, (t_rollout, t_verify) = sample_and_score(model, tok, problems, args.n, args)
     adv = group_advantages(rewards, args.gamma).flatten()
-    t2 = time.time()
+    t0 = time.time()
     model.train()
     device = next(model.parameters()).device
     ids, attn, mask = (x.to(device) for x in collate([(p, c) for p, c, _ in samples], tok.pad_token_id))
@@ -571,7 +576,7 @@ def run_step(model, tok, opt, problems, args):
     return {"reward": rewards.mean().item(), "active_frac": (rewards.std(-1) > 0).float().mean().item(),
             "focal_mean": focal_weight(rewards, args.gamma).mean().item(), **m,
             "resp_len": lengths.mean().item(), "trunc_frac": sum(t for *_, t in samples) / len(samples),
-            "t_rollout": t1 - t0, "t_verify": t2 - t1, "t_train": time.time() - t2}
+            "t_rollout": t_rollout, "t_verify": t_verify, "t_train": time.time() - t0}
 
 
 def train(args):
@@ -591,8 +596,9 @@ def train(args):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
     step, data_pos = load_state(ckpt, opt, sched) if ckpt else (0, 0)
     log_path = out / "metrics.jsonl"
-    keep = [l for l in log_path.read_text().splitlines() if json.loads(l)["step"] <= step] if ckpt else []
-    log_path.write_text("".join(l + "\n" for l in keep))
+    lines = log_path.read_text().splitlines() if ckpt and log_path.exists() else []
+    keep = [line for line in lines if json.loads(line)["step"] <= step]  # drop steps after the checkpoint
+    log_path.write_text("".join(line + "\n" for line in keep))
     if held_out and not ckpt:
         p1, pn = evaluate(model, tok, held_out, args)
         print(f"held-out pass@1 {p1:.3f}  pass@{args.eval_n} {pn:.3f}  (before training)")

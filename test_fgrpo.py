@@ -346,10 +346,12 @@ def test_kill_and_resume_continues_exactly(tmp_path):
 
 
 def test_demo_learns(tmp_path):
-    # Measured with `--steps 60` on 2 cores (seed 0): reward at step 1 = XXX, mean of steps 51-60 = XXX,
-    # held-out pass@1 XXX -> XXX. The thresholds below leave a margin.
+    # The demo's command, cut to 60 of its 150 steps. Measured on 2 cores, seed 0 (the same with
+    # 1 or 2 torch threads): reward 0.066 at step 1, mean 0.811 over steps 51-60; held-out pass@1
+    # 0.107 -> 0.846. The thresholds leave a margin for platform-level numeric drift.
     stdout = _run(tmp_path, "--algo", "dapo", "--gamma", "1", "--steps", "60")
     rewards = [m["reward"] for m in _metrics(tmp_path)]
     assert rewards[0] <= 0.3
     assert sum(rewards[-10:]) / 10 >= 0.6
-    assert "held-out pass@1" in stdout
+    before, after = (float(line.split()[2]) for line in stdout.splitlines() if "held-out pass@1" in line)
+    assert before <= 0.3 and after >= 0.6
