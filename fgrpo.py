@@ -11,7 +11,7 @@ sharpened onto the common correct solutions at the expense of rare ones.
 Rewards, clip bounds and importance ratios are unchanged; gamma = 0 is exactly
 the base algorithm.
 
-    python fgrpo.py --model tiny --algo dapo --gamma 1      # CPU demo, ~2 min
+    python fgrpo.py --model tiny --algo dapo --gamma 1      # CPU demo, ~1 min
     python fgrpo.py --algo dapo --gamma 1 --data train.jsonl  # the paper's run
     python fgrpo.py --model tiny --out runs/demo --resume   # continue a run
 
@@ -20,6 +20,7 @@ focal weight, advantages, losses, pass@k) -> log-probs -> rewards -> data and
 models -> rollout -> the training step -> checkpoints -> the loop -> main.
 """
 import argparse
+import atexit
 import json
 import math
 import multiprocessing as mp
@@ -249,7 +250,7 @@ ANSWER_TAIL = 2000  # chars of an unboxed completion handed to math-verify
 _POOL = None
 
 
-def _answer(text):
+def boxed_answer(text):
     """The last \\boxed{...} of a completion, brace-matched; else its tail."""
     start = text.rfind("\\boxed{")
     depth = 0
@@ -278,6 +279,7 @@ def _pool_map(fn, tasks, timeout, default, desc):
     while todo:
         if _POOL is None:  # fork: workers start in ms and share the parent's imports
             _POOL = mp.get_context("fork").Pool(min(8, mp.cpu_count()))
+            atexit.register(_POOL.terminate)  # before interpreter teardown, where Pool.__del__ warns
         jobs, todo = [(i, _POOL.apply_async(fn, (*tasks[i], max(1, int(timeout))))) for i in todo], []
         for k, (i, job) in enumerate(jobs):
             try:
@@ -308,7 +310,7 @@ def verify(completions, golds, timeout=5.0):
     pair is verified once, so repeated answers at pass@256 scale cost nothing.
     An item that hangs costs about `timeout` seconds and scores 0.
     """
-    answers = [_answer(c) for c in completions]
+    answers = [boxed_answer(c) for c in completions]
     distinct_golds = list(dict.fromkeys(golds))
     parsed = dict(zip(distinct_golds, _pool_map(_parse_gold, [(g,) for g in distinct_golds],
                                                 timeout, [], "parse golds")))
@@ -344,7 +346,9 @@ def load_problems(path, problem_key="problem", answer_key="answer"):
         for key in (problem_key, answer_key):
             if not isinstance(row, dict) or key not in row:
                 sys.exit(f"error: {path}: {where} {i} has no field '{key}' (see --problem-key/--answer-key)")
-        problems.append({"problem": str(row[problem_key]), "answer": str(row[answer_key])})
+        answer = row[answer_key]  # a list (e.g. OlympiadBench's) is one answer of several parts
+        answer = ", ".join(map(str, answer)) if isinstance(answer, list) else str(answer)
+        problems.append({"problem": str(row[problem_key]), "answer": answer})
     if not problems:
         sys.exit(f"error: {path} holds no problems")
     return problems

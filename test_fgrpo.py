@@ -6,16 +6,19 @@ never by replaying fgrpo's own output.
 import importlib.util
 import json
 import math
-import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+import eval as evaluator  # eval.py; the alias keeps the builtin eval
 import fgrpo
 
 HERE = Path(__file__).resolve().parent
@@ -249,14 +252,15 @@ def test_verify_equivalence_extraction_and_wrong_answers():
 
 
 def test_answer_extraction_matches_braces():
-    assert fgrpo._answer("x \\boxed{\\frac{1}{\\sqrt{2}}} y") == "\\boxed{\\frac{1}{\\sqrt{2}}}"
-    assert fgrpo._answer("unclosed \\boxed{12") == "unclosed \\boxed{12"  # falls back to the tail
+    assert fgrpo.boxed_answer("x \\boxed{\\frac{1}{\\sqrt{2}}} y") == "\\boxed{\\frac{1}{\\sqrt{2}}}"
+    assert fgrpo.boxed_answer("unclosed \\boxed{12") == "unclosed \\boxed{12"  # falls back to the tail
 
 
 def test_verify_pathological_completions_score_zero_within_timeout():
     bad = ["\\boxed{9^{9^{9^{9^{9}}}}}", "junk " * 20_000, "\\boxed{" + "{" * 50_000]
     start = time.time()
-    scores = fgrpo.verify(bad + ["\\boxed{4}"], ["4"] * 4, timeout=2.0)
+    with pytest.warns(UserWarning, match="exceeded"):  # the power tower hangs in C: workers killed
+        scores = fgrpo.verify(bad + ["\\boxed{4}"], ["4"] * 4, timeout=2.0)
     elapsed = time.time() - start
     assert scores == [0.0, 0.0, 0.0, 1.0]  # and the pool still works after a kill
     assert elapsed < 2.0 * len(bad) + 10  # each costs at most about the timeout; generous margin
@@ -373,3 +377,238 @@ def test_demo_learns(tmp_path):
     assert sum(rewards[-10:]) / 10 >= 0.6
     before, after = (float(line.split()[2]) for line in stdout.splitlines() if "held-out pass@1" in line)
     assert before <= 0.3 and after >= 0.6
+
+
+# ---------------------------------------------------------------- eval.py
+
+TINY_EVAL = ["--n", "8", "--max-new-tokens", "6", "--gen-batch", "64"]
+
+
+@pytest.fixture(scope="module")
+def tiny_eval(tmp_path_factory):
+    """The tiny model saved as an HF folder, a 6-problem toy benchmark, and one uninterrupted run."""
+    root = tmp_path_factory.mktemp("eval")
+    model, tok, _, held_out = fgrpo.build_tiny(0)
+    model.save_pretrained(root / "tiny")
+    tok.save_pretrained(root / "tiny")
+    problems = held_out[:6]
+    (root / "toy.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "vllm", None)  # the transformers engine, even where vLLM is installed
+        evaluator.main(["--model", str(root / "tiny"), "--data", str(root / "toy.jsonl"), *TINY_EVAL,
+                        "--out", str(root / "full")])
+    return root, problems
+
+
+def _eval(root, out, *flags):
+    return evaluator.main(["--model", str(root / "tiny"), "--data", str(root / "toy.jsonl"), *TINY_EVAL,
+                           "--out", str(out), *flags])
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_eval_pass_at_k_against_enumeration():
+    from itertools import combinations
+    for n in range(1, 8):
+        for k in range(1, n + 1):
+            brute = []
+            for c in range(n + 1):
+                subsets = list(combinations([1] * c + [0] * (n - c), k))
+                brute.append(sum(map(any, subsets)) / len(subsets))
+            # scalar and array forms, every c at once
+            assert [float(evaluator.pass_at_k(n, c, k)) for c in range(n + 1)] == pytest.approx(brute)
+            assert evaluator.pass_at_k(np.full(n + 1, n), np.arange(n + 1), k) == pytest.approx(brute)
+            assert brute[0] == 0.0 and brute[n] == 1.0  # c = 0 and c = n
+    assert evaluator.pass_at_k([4, 6], [1, 6], 2) == pytest.approx([1 - 3 / 6, 1.0])  # mixed n
+    for n, k in ((4, 5), ([8, 4], 6)):
+        with pytest.raises(ValueError, match=f"pass@{k} needs at least {k} samples"):
+            evaluator.pass_at_k(n, 1, k)  # refused, not clipped to n
+
+
+def test_eval_end_to_end_on_the_tiny_model(tiny_eval, capsys):
+    root, problems = tiny_eval
+    records = _records(root / "full" / "toy.jsonl")
+    assert [r["idx"] for r in records] == list(range(6))
+    assert [r["problem"] for r in records] == [p["problem"] for p in problems]
+    boxed = 0
+    for r, p in zip(records, problems):
+        assert len(r["completions"]) == len(r["scores"]) == 8
+        for text, score in zip(r["completions"], r["scores"]):
+            m = re.fullmatch(r"\\boxed\{(\d)\}", text)
+            if m:  # scored independently of math-verify: the boxed digit is the max or it is not
+                boxed += 1
+                assert score == float(m.group(1) == p["answer"]), (text, p)
+    assert boxed >= 40  # the warm-started model boxes a digit nearly always
+    res = json.loads((root / "full" / "results.json").read_text())
+    c = [int(sum(r["scores"])) for r in records]
+    assert res["benchmarks"]["toy"]["correct"] == c and 0 < sum(c) < 48
+    for k in (1, 2, 4, 8):  # C(n-c, k) / C(n, k) with math.comb, not the product form
+        expected = sum(1 - math.comb(8 - ci, k) / math.comb(8, k) for ci in c) / 6
+        assert res["benchmarks"]["toy"]["pass@k"][str(k)] == pytest.approx(expected, abs=1e-12)
+        assert res["math_avg"][str(k)] == pytest.approx(expected, abs=1e-12)  # the only math benchmark
+    assert res["benchmarks"]["toy"]["pass@k"]["1"] == pytest.approx(sum(c) / 48)
+    assert "ood_avg" not in res
+
+
+def test_eval_prints_table_1_layout(tiny_eval, tmp_path, monkeypatch, capsys):
+    root, _ = tiny_eval
+    out = tmp_path / "again"
+    shutil.copytree(root / "full", out)
+    monkeypatch.setattr(fgrpo, "rollout", lambda *a: pytest.fail("nothing is missing: nothing to sample"))
+    _eval(root, out)
+    c = [sum(r["scores"]) for r in _records(out / "toy.jsonl")]
+    p1, p8 = sum(c) / 48, sum(ci > 0 for ci in c) / 6
+    printed = capsys.readouterr().out
+    assert "pass@1/pass@8" in printed and "| model | toy | math_avg |" in printed
+    assert f"| {p1:.1%}/{p8:.1%} | {p1:.1%}/{p8:.1%} |" in printed
+
+
+def test_eval_resume_after_a_kill_samples_only_the_missing_problems(tiny_eval, tmp_path, monkeypatch):
+    root, problems = tiny_eval
+    out = tmp_path / "killed"
+    shutil.copytree(root / "full", out)
+    (out / "results.json").unlink()
+    lines = (out / "toy.jsonl").read_text().splitlines(keepends=True)
+    # a kill mid-write: the last two problems never written, the one before cut in half
+    (out / "toy.jsonl").write_text("".join(lines[:3]) + lines[3][:len(lines[3]) // 2])
+    sampled = []
+    rollout = fgrpo.rollout
+    monkeypatch.setattr(fgrpo, "rollout", lambda m, t, prompts, *a: sampled.extend(prompts) or rollout(m, t, prompts, *a))
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    _eval(root, out)
+    assert sampled == [p["problem"] for p in problems[3:]]  # the tiny tokenizer has no chat template
+    assert _records(out / "toy.jsonl") == _records(root / "full" / "toy.jsonl")
+    assert json.loads((out / "results.json").read_text()) == json.loads((root / "full" / "results.json").read_text())
+
+
+def test_eval_rescore_verifies_again_without_sampling(tiny_eval, tmp_path, monkeypatch):
+    root, _ = tiny_eval
+    out = tmp_path / "rescored"
+    shutil.copytree(root / "full", out)
+    records = _records(out / "toy.jsonl")
+    for r in records:
+        r["scores"] = [1.0 - s for s in r["scores"]]  # every saved score wrong
+    (out / "toy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    monkeypatch.setattr(fgrpo, "rollout", lambda *a: pytest.fail("--rescore must not sample"))
+    evaluator.main(["--data", str(root / "toy.jsonl"), "--n", "8", "--out", str(out), "--rescore"])
+    assert _records(out / "toy.jsonl") == _records(root / "full" / "toy.jsonl")
+
+
+def test_eval_plot(tiny_eval, tmp_path):
+    pytest.importorskip("matplotlib")  # an optional extra
+    root, _ = tiny_eval
+    shutil.copytree(root / "full", tmp_path / "out")
+    evaluator.main(["--data", str(root / "toy.jsonl"), "--n", "8", "--out", str(tmp_path / "out"),
+                    "--plot", str(tmp_path / "passk.png")])
+    assert (tmp_path / "passk.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_eval_registry_files_become_problems_math_verify_can_score(tmp_path, monkeypatch):
+    import argparse
+    import huggingface_hub
+    olympiad = tmp_path / "olympiad.jsonl"  # the shapes of math-ai/olympiadbench and Idavidrein/gpqa
+    olympiad.write_text(json.dumps({"question": "Find N.", "final_answer": ["$2^{1009}$"]}) + "\n"
+                        + json.dumps({"question": "Find x, y.", "final_answer": ["$1$", "$2$"]}) + "\n")
+    gpqa = tmp_path / "gpqa.csv"
+    gpqa.write_text('Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3\n'
+                    '"Which gas?\nPick one.", Argon ,Neon,Xenon,Radon\n"Which metal?",Iron,Gold,Lead,Tin\n')
+    files = {"math-ai/olympiadbench": olympiad, "Idavidrein/gpqa": gpqa}
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, file, repo_type: str(files[repo]))
+    args = argparse.Namespace(data=None, benchmarks="olympiadbench,gpqa_diamond")
+    benches = evaluator.load_benchmarks(args)
+    assert benches["olympiadbench"] == ("math", [{"problem": "Find N.", "answer": "$2^{1009}$"},
+                                                 {"problem": "Find x, y.", "answer": "$1$, $2$"}])
+    domain, problems = benches["gpqa_diamond"]
+    assert domain == "ood" and problems[0]["problem"].startswith("Which gas?\nPick one.\n\nA) ")
+    for p, right, wrong in zip(problems, ("Argon", "Iron"), (["Neon", "Xenon", "Radon"], ["Gold", "Lead", "Tin"])):
+        options = dict(re.findall(r"^([ABCD])\) (.*)$", p["problem"], re.M))
+        assert sorted(options) == list("ABCD") and sorted(options.values()) == sorted([right, *wrong])
+        assert options[p["answer"]] == right  # the gold letter names the correct option
+    assert evaluator.load_benchmarks(args)["gpqa_diamond"][1] == problems  # the same prompt every time
+    gold = problems[0]["answer"]
+    other = next(x for x in "ABCD" if x != gold)
+    aime = evaluator.as_problem(0, {"problem": "p", "solution": "\\boxed{204}"}, "problem", "solution")
+    assert fgrpo.verify([f"so \\boxed{{{gold}}}", f"\\boxed{{\\text{{{gold}}}}}", f"\\boxed{{{other}}}",
+                         "\\boxed{2^{1009}}", "\\boxed{204}", "\\boxed{205}"],
+                        [gold, gold, gold, "$2^{1009}$", aime["answer"], aime["answer"]]) == [1, 1, 0, 1, 1, 0]
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: (_ for _ in ()).throw(OSError("offline")))
+    with pytest.raises(SystemExit, match="^error: olympiadbench: cannot download test.jsonl of the Hub dataset "
+                                         "math-ai/olympiadbench \\(OSError\\)$"):
+        evaluator.load_benchmarks(args)
+
+
+def _results(folder, correct, n=16, ids=None, name="toy"):
+    """A synthetic DIR/results.json: `correct` of n samples right per problem."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = ids or [f"p{i}" for i in range(len(correct))]
+    bench = {"domain": "math", "samples": [n] * len(correct), "correct": list(correct), "ids": ids}
+    (folder / "results.json").write_text(json.dumps({"benchmarks": {name: bench}}))
+    return str(folder)
+
+
+def _compare(a, b, *flags):
+    return evaluator.main(["--compare", a, b, "--m", "8", *flags])
+
+
+def test_compare_identical_folders(tmp_path):
+    correct = np.random.default_rng(0).integers(0, 17, size=40).tolist()
+    a = _results(tmp_path / "a", correct)
+    res = _compare(a, a)
+    for row in (res["toy"], res["math_avg"]):
+        assert row["k"] == [1, 2, 4, 8]
+        assert row["delta"] == [0.0] * 4
+        assert min(row["p"]) > 0.9  # delta* is symmetric about 0
+
+
+def test_compare_finds_a_clearly_better_model_both_ways(tmp_path):
+    rng = np.random.default_rng(1)
+    weak = rng.integers(0, 3, size=40)  # about 1 in 16 right
+    strong = weak + rng.integers(4, 8, size=40)  # 4 to 7 more right on every problem
+    a, b = _results(tmp_path / "a", weak.tolist()), _results(tmp_path / "b", strong.tolist())
+    better = _compare(a, b, "--iters", "20000")["toy"]
+    expected = (strong - weak).mean() / 16  # pass@1 = c / n
+    assert better["delta"][0] == pytest.approx(expected)
+    assert all(d > 0 for d in better["delta"]) and max(better["p"]) < 0.05
+    worse = _compare(b, a, "--iters", "20000")["toy"]  # two-sided: a clear loss is significant too
+    assert worse["delta"][0] == pytest.approx(-expected) and max(worse["p"]) < 0.05
+    assert min(better["p"]) >= 2 / 20001  # add-one smoothing: never exactly 0
+
+
+def test_compare_refuses_different_problem_sets(tmp_path, capsys):
+    a = _results(tmp_path / "a", [3] * 10)
+    b = _results(tmp_path / "b", [3] * 10, ids=[f"p{i}" for i in range(9)] + ["other"])
+    c = _results(tmp_path / "c", [3] * 10, name="math500")
+    for other in (b, c):
+        with pytest.raises(SystemExit) as e:
+            _compare(a, other)
+        assert str(e.value).startswith("error:") and "different problems" in str(e.value)
+    with pytest.raises(SystemExit, match="--m 16 must be at least 1 and below the 16 samples"):
+        evaluator.main(["--compare", a, a, "--m", "16"])  # m = n: every subsample is the whole set
+
+
+@pytest.mark.parametrize("case", ["model", "benchmark", "data"])
+def test_eval_bad_input_is_one_clear_line(case, tiny_eval, tmp_path):
+    root, _ = tiny_eval
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem": "max(1,2)=", "answer": "2"}\n{"problem": oops}\n')
+    argv, expected = {
+        "model": (["--model", str(tmp_path / "no_such_model"), "--data", str(root / "toy.jsonl")],
+                  f"--model {tmp_path / 'no_such_model'}: no such folder"),
+        "benchmark": (["--model", str(root / "tiny"), "--benchmarks", "math500,aime2024"],
+                      "unknown benchmark 'aime2024' in --benchmarks"),
+        "data": (["--model", str(root / "tiny"), "--data", str(bad)], f"{bad}:2: malformed JSON"),
+    }[case]
+    with pytest.raises(SystemExit) as e:
+        evaluator.main([*argv, "--out", str(tmp_path / "out")])
+    message = str(e.value)
+    assert message.startswith("error:") and expected in message and "\n" not in message
+
+
+def test_eval_cli_bad_model_path_has_no_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, str(HERE / "eval.py"), "--model", str(tmp_path / "missing"),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=HERE, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: --model {tmp_path / 'missing'}: no such folder, and not a Hub id of the form org/name"]
