@@ -53,6 +53,8 @@ TINY = dict(prompts=32, mini_batch=8, micro_batch=64, lr=3e-4, warmup=0, max_new
 
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="--model tiny changes these defaults: " +
+                                ", ".join(f"{k.replace('_', '-')} {v}" for k, v in TINY.items()),
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     a = p.add_argument
     a("--model", default="Qwen/Qwen2.5-7B", help="HF id or folder; 'tiny' builds the offline CPU demo")
@@ -107,7 +109,7 @@ def parse_args(argv=None):
         err("batch sizes and --max-new-tokens must be >= 1")
     if args.temperature <= 0 or not 0 < args.top_p <= 1:
         err("--temperature must be > 0 and --top-p in (0, 1]")
-    if args.model != "tiny" and not args.data and not args.resume:
+    if args.model != "tiny" and not args.data:
         err("--data is required unless --model tiny")
     return args
 

@@ -612,3 +612,25 @@ def test_eval_cli_bad_model_path_has_no_traceback(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"error: --model {tmp_path / 'missing'}: no such folder, and not a Hub id of the form org/name"]
+
+
+def test_trains_from_an_hf_folder_and_a_jsonl_file(tmp_path):
+    # the real-run path (AutoModelForCausalLM/AutoTokenizer + --data), on the tiny model saved to disk
+    model, tok, problems, _ = fgrpo.build_tiny(0)
+    model.save_pretrained(tmp_path / "base")
+    tok.save_pretrained(tmp_path / "base")
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"q": p["problem"], "a": int(p["answer"])}) + "\n" for p in problems[:8]))
+    cmd = [sys.executable, str(HERE / "fgrpo.py"), "--model", str(tmp_path / "base"), "--data", str(data),
+           "--problem-key", "q", "--answer-key", "a", "--prompts", "4", "--mini-batch", "2", "--n", "8",
+           "--max-new-tokens", "6", "--lr", "1e-3", "--weight-decay", "0", "--epochs", "1",
+           "--out", str(tmp_path / "run")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=HERE)
+    assert out.returncode == 0, out.stderr[-2000:]
+    metrics = _metrics(tmp_path / "run")
+    assert [m["step"] for m in metrics] == [1, 2]  # 8 problems / 4 per step, 1 epoch
+    assert any(m["active_frac"] > 0 for m in metrics)  # some group had mixed rewards
+    from transformers import AutoModelForCausalLM
+    trained = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "step_000002")
+    moved = [not torch.equal(a, b) for a, b in zip(model.parameters(), trained.parameters())]
+    assert any(moved)  # no weight decay: only the policy gradient of mixed groups moves them
