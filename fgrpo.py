@@ -172,6 +172,7 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low=None, eps_high=N
     advantages: (B,)   one (focal-scaled) advantage per sequence
     mask:       (B, T) 1 on response tokens, 0 on prompt and padding
     algo:       "grpo" | "dapo" | "cispo";  eps_low/eps_high: None = the paper's
+                (PAPER_EPS at the top of this file: copy it along with this function)
     num_tokens: the token-mean denominator. Default mask.sum(). When one
                 optimiser step spans several micro-batches, pass the response
                 token count of the whole step, so accumulated gradients equal
