@@ -605,8 +605,9 @@ def train(args):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
     step, data_pos = load_state(ckpt, opt, sched) if ckpt else (0, 0)
     log_path = out / "metrics.jsonl"
-    lines = log_path.read_text().splitlines() if ckpt and log_path.exists() else []
-    keep = [line for line in lines if json.loads(line)["step"] <= step]  # drop steps after the checkpoint
+    # after a kill: keep whole lines (a cut last line has no newline) up to the checkpoint's step
+    lines = log_path.read_text().split("\n")[:-1] if ckpt and log_path.exists() else []
+    keep = [line for line in lines if json.loads(line)["step"] <= step]
     log_path.write_text("".join(line + "\n" for line in keep))
     if held_out and not ckpt:
         p1, pn = evaluate(model, tok, held_out, args)
