@@ -51,6 +51,7 @@ PAPER_EPS = {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "cispo": (1.0, 5.0)}  # Ap
 PAPER_GAMMA = {"grpo": 0.5, "dapo": 0.5, "cispo": 1.0}  # Table 7, Qwen2.5-7B
 HUB_FILES = {"agentica-org/DeepScaleR-Preview-Dataset": "deepscaler.json"}  # JSON list: problem, answer
 RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))  # set by torchrun
+warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP on one process: as intended
 
 
 # ----------------------------------------------------------------------------
@@ -514,6 +515,7 @@ def step_seed(seed, tag):
     resumed run samples exactly what the killed run would have."""
     return random.Random(f"{seed}/{tag}/{RANK}").getrandbits(48)
 
+@torch.no_grad()
 def rollout(model, tok, engine, prompts, n, args, seed):
     """P prompts -> P*N samples, grouped by prompt: (prompt_ids, completion_ids, truncated)."""
     eos = model.generation_config.eos_token_id  # an id or a list; stop at any of them
@@ -664,7 +666,7 @@ def save_checkpoint(out, model, tok, opt, sched, step, data_pos):
         tok.save_pretrained(tmp)
         torch.save({"scheduler": sched.state_dict(), "step": step, "data_pos": data_pos, "world": WORLD},
                    tmp / "trainer_state.pt")
-    dcp.save(get_optimizer_state_dict(model, opt), checkpoint_id=tmp / "optimizer", no_dist=WORLD == 1)
+    dcp.save(get_optimizer_state_dict(model, opt), checkpoint_id=tmp / "optimizer")
     barrier()
     if RANK == 0:
         shutil.rmtree(final, ignore_errors=True)
@@ -681,7 +683,7 @@ def load_state(ckpt, model, opt, sched):
     if state["world"] != WORLD:
         sys.exit(f"error: {ckpt} was written by {state['world']} ranks; resume it on as many")
     optim = get_optimizer_state_dict(model, opt)  # this rank's shard of the state, to load into
-    dcp.load(optim, checkpoint_id=ckpt / "optimizer", no_dist=WORLD == 1)
+    dcp.load(optim, checkpoint_id=ckpt / "optimizer")
     set_optimizer_state_dict(model, opt, optim)
     sched.load_state_dict(state["scheduler"])
     return state["step"], state["data_pos"]
