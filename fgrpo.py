@@ -304,7 +304,9 @@ def _pool_map(fn, tasks, timeout, default, desc):
     bar = tqdm(total=len(tasks), desc=desc, leave=False, disable=None)
     while todo:
         if _POOL is None:  # fork: workers start in ms and share the parent's imports
-            _POOL = mp.get_context("fork").Pool(min(8, mp.cpu_count()))
+            # workers drop train()'s SIGTERM handler, or terminate() below would wait on them forever
+            _POOL = mp.get_context("fork").Pool(min(8, mp.cpu_count()), signal.signal,
+                                                (signal.SIGTERM, signal.SIG_DFL))
             atexit.register(_POOL.terminate)  # before interpreter teardown, where Pool.__del__ warns
         jobs, todo = [(i, _POOL.apply_async(fn, (*tasks[i], max(1, int(timeout))))) for i in todo], []
         for k, (i, job) in enumerate(jobs):

@@ -267,6 +267,16 @@ def test_verify_pathological_completions_score_zero_within_timeout():
     assert elapsed < 2.0 * len(bad) + 10  # each costs at most about the timeout; generous margin
 
 
+def test_verify_workers_die_on_terminate_under_a_sigterm_handler():
+    # train() sets a SIGTERM handler before the pool forks; killing the pool after a timeout (and
+    # at exit) must still end the workers. Before the fix this hung forever.
+    code = ("import signal, sys; sys.path.insert(0, sys.argv[1]); import fgrpo; "
+            "signal.signal(signal.SIGTERM, lambda *_: None); "
+            "print(fgrpo.verify(['\\\\boxed{9^{9^{9^{9^{9}}}}}', '\\\\boxed{4}'], ['4', '4'], timeout=2.0))")
+    out = subprocess.run([sys.executable, "-c", code, str(HERE)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[0.0, 1.0]", out.stderr[-2000:]
+
+
 def test_verify_never_executes_completion_text(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     target = tmp_path / "PWNED"
