@@ -241,10 +241,10 @@ def pass_at_k(n, c, k):
 # that float32 tensor alone is what runs a 7B out of memory.
 # ----------------------------------------------------------------------------
 def _chunk_logprobs(head, hidden, targets, temperature):
-    logits = head(hidden).float() / temperature
-    return logits.gather(-1, targets[:, None]).squeeze(-1) - logits.logsumexp(-1)
+    logits = head(hidden).float().div_(temperature)  # in place: one chunk-sized tensor fewer
+    return logits.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
 
-def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=1024):
+def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=512):
     """log pi(x_{t+1} | x_{<=t}) at the sampling temperature.
 
     input_ids, attention_mask: (B, T).  Returns (B, T-1), the log-probs of
