@@ -381,8 +381,9 @@ def test_kill_and_resume_continues_exactly(tmp_path):
 
 @pytest.mark.parametrize("rollout", ["hf", "vllm"])
 def test_demo_learns(tmp_path, rollout):
-    # The demo's command, cut to 60 of its 150 steps. Measured on 2 cores, seed 0: see the README.
-    # The thresholds leave a margin for platform-level numeric drift.
+    # The demo's command, cut to 60 of its 150 steps. Measured on 2 cores, seed 0: reward at step 1,
+    # then the mean of steps 51-60: hf 0.086 -> 0.748, vLLM 0.062 -> 0.835. The thresholds leave a
+    # margin for platform-level numeric drift.
     stdout = _run(tmp_path, "--algo", "dapo", "--gamma", "1", "--steps", "60", rollout=rollout)
     rewards = [m["reward"] for m in _metrics(tmp_path)]
     assert rewards[0] <= 0.3
