@@ -16,7 +16,7 @@ endif
 test:  ## the whole suite, CPU only, deterministic (about 7 minutes on 2 cores)
 	$(PYTHON) -m pytest -q test_fgrpo.py
 
-demo:  ## F-DAPO on the tiny offline model and toy task: about a minute on 2 cores
+demo:  ## F-DAPO on the tiny offline model and toy task: about 2 minutes on 2 cores
 	rm -rf runs/demo
 	$(PYTHON) fgrpo.py --model tiny --algo dapo --gamma 1 --out runs/demo
 

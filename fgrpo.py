@@ -11,7 +11,7 @@ sharpened onto the common correct solutions at the expense of rare ones.
 Rewards, clip bounds and importance ratios are unchanged; gamma = 0 is exactly
 the base algorithm.
 
-    python fgrpo.py --model tiny --algo dapo --gamma 1     # CPU demo, about a minute
+    python fgrpo.py --model tiny --algo dapo --gamma 1     # CPU demo, 1-2 minutes
     python fgrpo.py --algo dapo --gamma 1                  # the paper's run: Qwen2.5-7B on
                                                            # DeepScaleR, on every GPU of the node
     torchrun --nnodes 2 --nproc_per_node 8 --rdzv_endpoint HOST:29500 fgrpo.py --algo dapo
