@@ -523,7 +523,7 @@ def rollout(model, tok, engine, prompts, n, args, seed):
     eos = model.generation_config.eos_token_id  # an id or a list; stop at any of them
     stop = sorted({tok.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None})
     if engine is not None:
-        return vllm_rollout(engine, model, tok, prompts, n, args, seed, stop)
+        return vllm_rollout(engine, tok, prompts, n, args, seed, stop)
     from transformers import GenerationConfig  # the fallback: transformers' generate()
     cfg = GenerationConfig(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=0,
                            max_new_tokens=args.max_new_tokens, eos_token_id=stop,
@@ -561,37 +561,32 @@ def start_vllm(args, path, model):
                  # under torchrun: one engine per rank, tensor parallel 1, each on its own prompts
                  distributed_executor_backend="external_launcher" if WORLD > 1 else None)
     torch.set_num_threads(threads)  # vLLM's CPU build lowers it for serving; training wants it back
-    if cuda:  # sleep mode is GPU-only (the CPU build ignores it): free the GPU for training
-        engine.sleep(level=1)
-    return engine
+    return engine  # awake, with the weights it loaded
 
 def sync_weights(engine, model):
-    """The trainer's current weights into vLLM. Checked against vLLM 0.32.0: `reload_weights`
+    """Wake vLLM and load the trainer's current weights, once per rollout batch's updates.
+    Checked against vLLM 0.32.0: `reload_weights`
     (vllm/v1/worker/gpu_worker.py) takes any iterable of (HF name, tensor) and feeds it to the
     model's load_weights. Under FSDP2 each parameter is gathered when vLLM asks for it
     (full_tensor, a collective that every rank runs in the same order): no second full copy."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # give the trainer's cached blocks back before vLLM takes its share
+        engine.wake_up()
     def weights():
         for name, p in model.state_dict().items():
             yield name, p.full_tensor() if hasattr(p, "full_tensor") else p
     engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights()})
     engine.reset_prefix_cache()  # cached KV came from the old weights
 
-def vllm_rollout(engine, model, tok, prompts, n, args, seed, stop):
-    """rollout() with vLLM, on the trainer's current weights."""
+def vllm_rollout(engine, tok, prompts, n, args, seed, stop):
+    """rollout() with vLLM, on the weights it loaded at start or at the last sync_weights."""
     from vllm import SamplingParams
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.empty_cache()  # give the trainer's cached blocks back before vLLM takes its share
-        engine.wake_up()
-    sync_weights(engine, model)
     ids = [tok(p, add_special_tokens=False).input_ids for p in prompts]
     # one seed per prompt (vLLM gives its N samples seed, seed + 1, ...): samples do not depend
     # on the batch they were drawn in
     params = [SamplingParams(n=n, temperature=args.temperature, top_p=args.top_p, top_k=0, seed=seed + i * n,
                              max_tokens=args.max_new_tokens, stop_token_ids=stop) for i in range(len(ids))]
     outs = engine.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=RANK == 0)
-    if cuda:
-        engine.sleep(level=1)
     return [(i, list(c.token_ids), c.finish_reason == "length") for i, o in zip(ids, outs) for c in o.outputs]
 
 def collate(pairs, pad_id):
@@ -756,7 +751,11 @@ def run_step(model, tok, engine, opt, next_problems, args, step):
     model.train()
     device = next(model.parameters()).device
     ids, attn, mask = (x.to(device) for x in collate([(p, c) for p, c, _ in samples], tok.pad_token_id))
+    if engine is not None and device.type == "cuda":  # sleep mode is GPU-only (the CPU build ignores it)
+        engine.sleep(level=1)  # vLLM's share of the GPU goes to training
     m.update(train_step(model, opt, ids, attn, mask, adv.to(device), args))
+    if engine is not None:
+        sync_weights(engine, model)
     model.eval()
     P = len(correct)
     sums = all_reduce([correct.sum(), (correct.std(-1) > 0).sum(), focal_weight(correct, args.gamma).sum(),

@@ -17,7 +17,11 @@ import fgrpo
 
 
 def tokens_per_second(model, tok, engine, prompts, n, args, seed):
-    samples, seconds = timed(fgrpo.rollout, model, tok, engine, prompts, n, args, seed)
+    def sample():
+        if engine is not None:  # as in training: one weight sync per rollout batch
+            fgrpo.sync_weights(engine, model)
+        return fgrpo.rollout(model, tok, engine, prompts, n, args, seed)
+    samples, seconds = timed(sample)
     return sum(len(c) for _, c, _ in samples) / seconds
 
 
