@@ -80,6 +80,8 @@ def build_parser():
       f"{PAPER_GAMMA}; 0 = the base algorithm")
     a("--eps-low", type=float, help=f"lower clip; default: the paper's per algo {PAPER_EPS}")
     a("--eps-high", type=float, help="upper clip; default: the paper's per algo")
+    a("--dual-clip", type=float, help="dual-clip c for GRPO/DAPO, as verl's clip_ratio_c (3 there); "
+      "default: off, as in the paper's formulas (App. B)")
     a("--prompts", type=int, default=256, help="prompts per rollout batch, over all ranks")
     a("--n", type=int, default=8, help="completions per prompt (group size N)")
     a("--mini-batch", type=int, default=64, help="prompts per optimiser step, over all ranks")
@@ -121,6 +123,8 @@ def parse_args(argv=None):
     args.eps_high = hi if args.eps_high is None else args.eps_high
     if args.gamma < 0:
         err(f"--gamma must be >= 0, got {args.gamma}")
+    if args.dual_clip is not None and (args.algo == "cispo" or args.dual_clip <= 1):
+        err(f"--dual-clip needs --algo grpo or dapo and a value > 1, got {args.algo}, {args.dual_clip}")
     if args.n < 2:
         err("--n must be >= 2: a group of one has no relative advantage")
     if args.prompts % args.mini_batch or args.mini_batch % WORLD:
@@ -187,7 +191,7 @@ def overlong_penalty(lengths, max_len, buffer):
     return -((lengths.float() - (max_len - buffer)) / buffer).clamp(0.0, 1.0)
 
 def policy_loss(logp, old_logp, advantages, mask, algo, eps_low=None, eps_high=None,
-                num_tokens=None):
+                num_tokens=None, dual_clip=None):
     """Token-mean policy loss of GRPO, DAPO or CISPO (App. B), to minimise.
 
     logp:       (B, T) log-probs of the sampled tokens under the current policy
@@ -200,9 +204,14 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low=None, eps_high=N
                 optimiser step spans several micro-batches, pass the response
                 token count of the whole step, so accumulated gradients equal
                 the full-batch gradient.
+    dual_clip:  c > 1, or None (the paper's formulas, App. B). verl's PPO loss
+                (clip_ratio_c = 3 there) also bounds the objective of a token with
+                A < 0 below by c * A (Ye et al. 2020); GRPO and DAPO only.
     Returns (loss, stats); stats["clip_frac"] is the fraction of response
-    tokens whose ratio was clipped.
+    tokens whose objective was clipped (no gradient).
     """
+    if dual_clip is not None and (algo == "cispo" or dual_clip <= 1):
+        raise ValueError(f"dual_clip needs algo grpo or dapo and c > 1, got {algo}, {dual_clip}")
     lo, hi = PAPER_EPS[algo]
     eps_low = lo if eps_low is None else eps_low
     eps_high = hi if eps_high is None else eps_high
@@ -219,6 +228,11 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low=None, eps_high=N
         # App. B (GRPO, DAPO): min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A)
         objective = torch.minimum(ratio * adv, clipped_ratio * adv)
         clipped = clipped_ratio * adv < ratio * adv  # the clip branch is active: no gradient
+        if dual_clip is not None:
+            # dual-clip PPO: max(min(r_t A, clip(r_t) A), c A) where A < 0
+            dual = (adv < 0) & (objective < dual_clip * adv)
+            objective = torch.where(dual, (dual_clip * adv).expand_as(objective), objective)
+            clipped = clipped | dual
     if num_tokens is None:
         num_tokens = mask.sum()
     # Sec. 2 / App. L: token-mean over every response token of the optimiser batch
@@ -627,7 +641,7 @@ def train_step(model, opt, ids, attn, mask, adv, args):
         for s in u:
             logp, msk = forward(s)
             loss, stats = policy_loss(logp, old[s.start], adv[s], msk, args.algo,
-                                      args.eps_low, args.eps_high, num_tokens)
+                                      args.eps_low, args.eps_high, num_tokens, args.dual_clip)
             (loss * WORLD).backward()  # FSDP2 averages gradients over ranks; the token-mean wants the sum
             loss_sum += float(loss.detach())
             clipped += float(stats["clip_frac"] * msk.sum())

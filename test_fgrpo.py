@@ -61,11 +61,12 @@ def test_all_equal_groups_give_exactly_zero():
 
 
 # ---------------------------------------------------------------- policy_loss against hand values
-def _loss_and_grad(ratios, adv, algo, mask=None):
+def _loss_and_grad(ratios, adv, algo, mask=None, dual_clip=None):
     """One sequence, old_logp = 0, so r_t = exp(logp_t) = ratios."""
     logp = torch.tensor([ratios]).log().requires_grad_()
     mask = torch.ones_like(logp) if mask is None else torch.tensor([mask])
-    loss, stats = fgrpo.policy_loss(logp, torch.zeros_like(logp), torch.tensor([adv]), mask, algo)
+    loss, stats = fgrpo.policy_loss(logp, torch.zeros_like(logp), torch.tensor([adv]), mask, algo,
+                                    dual_clip=dual_clip)
     loss.backward()
     return loss.item(), logp.grad[0].tolist(), stats["clip_frac"].item()
 
@@ -108,6 +109,21 @@ def test_cispo_by_hand():
     assert cf == pytest.approx(1 / 3)
     _, grad, _ = _loss_and_grad([10.0, 1.0], -1.0, "cispo")  # negative A: still capped at 6
     assert grad == pytest.approx([6.0 / 2, 1.0 / 2])
+
+
+def test_dual_clip_by_hand():
+    # A = -1, c = 3: min(rA, clip(r)A) = -max(r, clip(r)) = -r for r >= 0.8; dual clip floors it at -3
+    ratios = [0.5, 2.0, 4.0, 10.0]
+    loss, grad, cf = _loss_and_grad(ratios, -1.0, "dapo", dual_clip=3.0)
+    # r = 0.5: clip branch (-0.8, no grad); 2.0: -2 (grad r/T); 4.0 and 10.0: -3 (no grad)
+    assert loss == pytest.approx((0.8 + 2.0 + 3.0 + 3.0) / 4)
+    assert grad == pytest.approx([0.0, 2.0 / 4, 0.0, 0.0])
+    assert cf == pytest.approx(3 / 4)
+    off = _loss_and_grad(ratios, -1.0, "dapo")
+    assert off[0] == pytest.approx((0.8 + 2.0 + 4.0 + 10.0) / 4)
+    assert _loss_and_grad(ratios, 1.0, "dapo", dual_clip=3.0) == _loss_and_grad(ratios, 1.0, "dapo")  # A > 0: inert
+    with pytest.raises(ValueError):
+        _loss_and_grad(ratios, -1.0, "cispo", dual_clip=3.0)
 
 
 def test_mask_and_num_tokens():
