@@ -114,13 +114,23 @@ def hub_rows(name):  # the rows of a registry file, as dicts
         sys.exit(f"error: {path} is parquet (aime24 and amc23 exist only as parquet): pip install pyarrow")
     return pq.read_table(path).to_pylist()
 
+def last_boxed(solution):
+    """The content of a solution's last \\boxed{...}, brace-matched; the solution itself if unclosed."""
+    start = solution.rfind("\\boxed{") + len("\\boxed{")
+    depth = 1
+    for end in range(start, len(solution)):
+        depth += {"{": 1, "}": -1}.get(solution[end], 0)
+        if depth == 0:
+            return solution[start:end]
+    return solution
+
 def as_problem(i, row, pkey, akey):
     """Row i of a registry file as {"problem", "answer"}: a list answer (OlympiadBench) joined, a solution
     (math-ai/aime24) cut to its last \\boxed{}; GPQA's options (akey[0] the correct one) in a fixed per-row
     order, so every model sees the same prompt (inferred: the paper shows none), and its letter as gold."""
     if isinstance(akey, str):
         text = ", ".join(map(str, row[akey])) if isinstance(row[akey], list) else str(row[akey])
-        return {"problem": str(row[pkey]), "answer": fgrpo.boxed_answer(text) if "\\boxed" in text else text}
+        return {"problem": str(row[pkey]), "answer": last_boxed(text) if "\\boxed{" in text else text}
     order = random.Random(i).sample(range(4), 4)
     options = "".join(f"\n{'ABCD'[j]}) {row[akey[o]].strip()}" for j, o in enumerate(order))
     return {"problem": f"{row[pkey].strip()}\n{options}\n\nAnswer with the letter of the correct option.",

@@ -24,6 +24,7 @@ checkpoints -> the loop -> main.
 """
 import argparse
 import atexit
+import functools
 import importlib.util
 import json
 import logging
@@ -286,33 +287,83 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=512)
 
 
 # ----------------------------------------------------------------------------
-# Rewards: math-verify (gold first), in worker processes. Its timeouts use
-# signal.alarm, which fails in threads and cannot stop C-level hangs, so every
-# item also has an outer timeout that kills the workers.
+# Rewards: the paper's, verl's math-verify reward (verl/utils/reward_score/
+# math_verify.py), computed in worker processes. Only strings and floats cross
+# a process boundary: parsed sympy objects do not all survive pickling. Every
+# item also has an outer timeout that kills the workers, because math-verify's
+# own timeouts (signal.alarm) cannot stop a hang inside C code.
 # ----------------------------------------------------------------------------
-ANSWER_TAIL = 2000  # chars of an unboxed completion handed to math-verify
 _POOL = None
 
-def boxed_answer(text):
-    """The last \\boxed{...} of a completion, brace-matched; else its tail."""
-    start = text.rfind("\\boxed{")
-    depth = 0
-    for end in range(start + 6, len(text)) if start >= 0 else ():
-        depth += {"{": 1, "}": -1}.get(text[end], 0)
-        if depth == 0:
-            return text[start:end + 1]
-    return text[-ANSWER_TAIL:]
+def _pred_levels():
+    """verl's extraction targets for a completion, as math-verify tries them: a list of
+    (priority, [(regex, target)]) from the most urgent priority level to the least."""
+    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, get_extraction_regexes
+    levels = {}
+    for regexes, target in get_extraction_regexes((ExprExtractionConfig(), LatexExtractionConfig())):
+        for regex, priority in regexes:
+            levels.setdefault(priority, []).append((regex, target))
+    return sorted(levels.items(), key=lambda kv: kv[0])
 
-def _parse_gold(gold, timeout):  # runs in a worker
-    from math_verify import parse
-    return parse("\\boxed{" + gold + "}", parsing_timeout=timeout)  # wrapped as verl does
+def _answer_keys(completions):  # runs in a worker
+    """For each completion, (level, key): the regex matches of the first priority level that has
+    any, as math-verify's parser.extract_target_from_pred orders and tries them. parse() reads
+    nothing else of a completion once one of them parses; _score checks that it did."""
+    keys, levels = [], _pred_levels()
+    for text in completions:
+        for priority, regexes in levels:
+            found = [(m, type(t).__name__) for regex, t in regexes for m in regex.finditer(text)]
+            if found:  # rightmost end first, then leftmost start, as math-verify sorts them
+                found.sort(key=lambda x: (x[0].end(), -x[0].start()), reverse=True)
+                keys.append((priority, repr([(t, m.groupdict()) for m, t in found])))
+                break
+        else:
+            keys.append((None, ""))  # no match anywhere: parse() finds nothing to extract
+    return keys
 
-def _check(gold, answer, timeout):  # runs in a worker; no text is ever eval'd as Python
-    from math_verify import parse, verify as math_verify
-    return float(math_verify(gold, parse(answer, parsing_timeout=timeout), timeout_seconds=timeout))
+@functools.lru_cache(maxsize=4096)
+def _parse_gold(gold):  # runs in a worker, which keeps its parsed golds
+    from math_verify.parser import LatexExtractionConfig, parse
+    return parse("\\boxed{" + gold + "}", (LatexExtractionConfig(),))
+
+def _score(completion, gold, level):  # runs in a worker; no text is ever eval'd as Python
+    """(verl's score, settled): settled says that the matches at `level` alone decided parse()."""
+    from math_verify import verify as math_verify
+    from math_verify.errors import TimeoutException
+    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, extract_target_from_pred, parse
+    from math_verify.utils import timeout
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # it logs whole completions it cannot read
+    # verl's compute_score, which calls math-verify's math_metric: the gold as \boxed{gold} with
+    # LaTeX extraction, the whole completion with expression and LaTeX extraction, then
+    # verify(gold, answer); an error (an unparsable gold raises there) scores 0
+    try:
+        gold_parsed, answer = _parse_gold(gold), parse(completion, (ExprExtractionConfig(), LatexExtractionConfig()))
+        if not gold_parsed:
+            raise ValueError("no gold target found")
+        try:  # math_metric also renders both as text (for its log), under a 2 s limit
+            timeout(2)(lambda: [str(x) for x in gold_parsed + answer])()
+        except TimeoutException:
+            pass
+        score = float(math_verify(gold_parsed, answer, 6))
+    except (Exception, TimeoutException):
+        score = 0.0
+    if level is None:
+        return score, True
+    regexes = [([(r, level)], t) for p, rs in _pred_levels() if p == level for r, t in rs]
+    try:  # math-verify's own loop on this level alone: did it extract something here?
+        return score, bool(timeout(5)(extract_target_from_pred)(completion, regexes, "no_fallback"))
+    except (Exception, TimeoutException):
+        return score, False
+
+def _run(fn, args):  # runs in a worker: a failure comes back as text, never as an object
+    try:
+        return fn(*args), ""
+    except BaseException as e:
+        return None, f"{type(e).__name__}: {e}"[:300]
 
 def _pool_map(fn, tasks, timeout, default, desc):
-    """[fn(*t) for t in tasks] in worker processes; a task over `timeout` gets `default`."""
+    """[fn(*t) for t in tasks] in worker processes. A task that fails, times out or loses its
+    worker gets `default` and one warning; the others keep their results."""
     global _POOL
     out, todo = [default] * len(tasks), list(range(len(tasks)))
     bar = tqdm(total=len(tasks), desc=desc, leave=False, disable=None)
@@ -322,43 +373,53 @@ def _pool_map(fn, tasks, timeout, default, desc):
             _POOL = mp.get_context("fork").Pool(min(8, mp.cpu_count()), signal.signal,
                                                 (signal.SIGTERM, signal.SIG_DFL))
             atexit.register(_POOL.terminate)  # before interpreter teardown, where Pool.__del__ warns
-        jobs, todo = [(i, _POOL.apply_async(fn, (*tasks[i], max(1, int(timeout))))) for i in todo], []
+        jobs, todo = [(i, _POOL.apply_async(_run, (fn, tasks[i]))) for i in todo], []
         for k, (i, job) in enumerate(jobs):
             try:
-                out[i] = job.get(timeout)
-            except mp.TimeoutError:
-                warnings.warn(f"verify: an item exceeded {timeout}s and scores 0; restarting workers")
-                for j, rest in jobs[k + 1:]:  # keep what finished, redo the rest in a new pool
-                    if not rest.ready():
-                        todo.append(j)
-                    elif rest.successful():
-                        out[j] = rest.get()
-                bar.update(len(jobs) - k - len(todo))
+                out[i], error = job.get(timeout)
+            except Exception as e:  # mp.TimeoutError, or a worker killed from outside
+                warnings.warn(f"verify: an item got no result within {timeout}s ({type(e).__name__}) "
+                              "and scores 0; restarting workers")
+                done = [(j, rest.get()) for j, rest in jobs[k + 1:] if rest.ready()]
+                todo = [j for j, rest in jobs[k + 1:] if not rest.ready()]  # redone in a new pool
                 _POOL.terminate()
                 _POOL = None
+            else:
+                done = [(i, (out[i], error))]
+            for j, (result, error) in done:
+                if error:
+                    warnings.warn(f"verify: an item failed and scores 0 ({error})")
+                out[j] = default if error else result
+            bar.update(len(done) + (_POOL is None))
+            if _POOL is None:
                 break
-            except Exception:  # a worker error scores as wrong, like an unparsable answer
-                pass
-            bar.update()
     bar.close()
     return out
 
-def verify(completions, golds, timeout=5.0):
-    """1.0 where math-verify finds the completion's answer equal to its gold, else 0.0.
+def verify(completions, golds, timeout=20.0):
+    """1.0 where verl's math-verify reward finds the completion's answer equal to its gold, else 0.0.
 
-    The answer is the completion's last \\boxed{...} (or its tail if it has
-    none). Each distinct gold is parsed once and each distinct (gold, answer)
-    pair is verified once, so repeated answers at pass@256 scale cost nothing.
-    An item that hangs costs about `timeout` seconds and scores 0.
+    Exactly verl's compute_score for each (completion, gold) (see _score), computed once per
+    distinct (gold, answer key): completions whose first-tried regex matches are the same get
+    the same verdict, so a pass@1024 evaluation verifies each distinct answer once. Where those
+    matches did not decide, the whole text is the key. An item that fails or hangs costs about
+    `timeout` seconds and scores 0, as verl's parallel_compute_score does (timeout 20 there).
     """
-    answers = [boxed_answer(c) for c in completions]
-    distinct_golds = list(dict.fromkeys(golds))
-    parsed = dict(zip(distinct_golds, _pool_map(_parse_gold, [(g,) for g in distinct_golds],
-                                                timeout, [], "parse golds")))
-    pairs = list(dict.fromkeys(zip(golds, answers)))
-    scores = _pool_map(_check, [(parsed[g], a) for g, a in pairs], timeout, 0.0, "verify")
-    score = dict(zip(pairs, scores))
-    return [score[pair] for pair in zip(golds, answers)]
+    chunks = [completions[i:i + 64] for i in range(0, len(completions), 64)]
+    found = _pool_map(_answer_keys, [(c,) for c in chunks], timeout, None, "answer keys")
+    # a chunk that failed keys its completions by their whole text (level None: nothing to check)
+    keys = [k for c, ks in zip(chunks, found) for k in ks or [(None, text) for text in c]]
+    items = list(zip(golds, keys))
+    reps = {}  # one completion per distinct (gold, key)
+    for c, item in zip(completions, items):
+        reps.setdefault(item, c)
+    results = _pool_map(_score, [(c, g, level) for (g, (level, _)), c in reps.items()], timeout,
+                        (0.0, True), "verify")
+    score = {item: s for item, (s, settled) in zip(reps, results) if settled}
+    # the rare rest, where the first level's matches all failed to parse: keyed by the whole text
+    rest = list(dict.fromkeys((c, g) for c, g, item in zip(completions, golds, items) if item not in score))
+    whole = dict(zip(rest, _pool_map(_score, [(c, g, None) for c, g in rest], timeout, (0.0, True), "verify")))
+    return [score[item] if item in score else whole[c, g][0] for c, g, item in zip(completions, golds, items)]
 
 
 # ----------------------------------------------------------------------------

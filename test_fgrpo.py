@@ -261,22 +261,121 @@ def test_token_logprobs_matches_naive_in_value_and_gradient(temperature):
 
 
 # ---------------------------------------------------------------- verify
-def test_verify_equivalence_extraction_and_wrong_answers():
-    completions = ["So the answer is \\boxed{0.5}.", "We get \\boxed{\\frac{1}{2}}", "\\boxed{\\frac{3}{4}}",
-                   "first \\boxed{7}, then finally \\boxed{12}", "no box, just 12", "\\boxed{13}"]
-    golds = ["\\frac{1}{2}", "0.5", "\\frac{3}{4}", "12", "12", "12"]
-    assert fgrpo.verify(completions, golds) == [1.0, 1.0, 1.0, 1.0, 1.0, 0.0]
+def _verl_reference(completion, gold):
+    """verl's math-verify reward (verl/utils/reward_score/math_verify.py), serially, in this process."""
+    from math_verify.metric import math_metric
+    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
+    score = math_metric(gold_extraction_target=(LatexExtractionConfig(),),
+                        pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()))
+    try:
+        return float(score(["\\boxed{" + gold + "}"], [completion])[0])
+    except Exception:
+        return 0.0
 
 
-def test_answer_extraction_matches_braces():
-    assert fgrpo.boxed_answer("x \\boxed{\\frac{1}{\\sqrt{2}}} y") == "\\boxed{\\frac{1}{\\sqrt{2}}}"
-    assert fgrpo.boxed_answer("unclosed \\boxed{12") == "unclosed \\boxed{12"  # falls back to the tail
+def _says(answer):  # a completion as a model writes one
+    return f"Let me work through this carefully.\nAfter simplifying, the result follows.\nSo the answer is {answer}."
+
+
+# (gold, a correct completion, a wrong one): the forms of MATH, DeepScaleR and OlympiadBench golds
+GOLD_FORMS = [
+    ("x \\in [-2, 7]", _says("$\\boxed{[-2,7]}$"), _says("$\\boxed{[-2,8]}$")),
+    ("(-\\infty, -2] \\cup [3, \\infty)", _says("$\\boxed{(-\\infty,-2]\\cup[3,\\infty)}$"),
+     _says("$\\boxed{(-\\infty,-2)\\cup(3,\\infty)}$")),
+    ("a = 4, -8, -10", _says("$\\boxed{-10, -8, 4}$"), _says("$\\boxed{4, -8}$")),
+    ("n = 1, 2, 3", _says("$\\boxed{1, 2, 3}$"), _says("$\\boxed{1, 2, 4}$")),
+    ("k = [0, 1]", _says("$\\boxed{[0,1]}$"), _says("$\\boxed{(0,1)}$")),
+    ("D = (0, 1)", _says("$\\boxed{(0, 1)}$"), _says("$\\boxed{[0, 1]}$")),
+    ("x = \\{1, 2\\}", _says("$\\boxed{\\{1,2\\}}$"), _says("$\\boxed{\\{1,3\\}}$")),
+    ("\\{1,2,3\\}", _says("$\\boxed{1}$, $\\boxed{2}$ and $\\boxed{3}$"), _says("$\\boxed{1}$ and $\\boxed{2}$")),
+    ("(2,2),(6,2)", _says("$\\boxed{(2,2)}$ and $\\boxed{(6,2)}$"), _says("$\\boxed{(2,2)}$")),
+    ("z = 1 + 1 = 2", _says("$\\boxed{2}$"), _says("$\\boxed{3}$")),
+    ("r = \\sqrt{4} = 2", _says("$\\boxed{2}$"), _says("$\\boxed{4}$")),
+    ("k = 2 \\cdot 3 = 6", _says("$\\boxed{6}$"), _says("$\\boxed{5}$")),
+    ("10455", "We first get $\\boxed{10}$ for the units. Summing all parts, the final answer is $10,455$",
+     "We first get $\\boxed{10455}$ for the total. Rechecking, the final answer is $10,454$"),
+    ("\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}", _says("$\\boxed{\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}}$"),
+     _says("$\\boxed{\\begin{pmatrix} 1 & 3 \\\\ 2 & 4 \\end{pmatrix}}$")),
+    ("30^\\circ", _says("$\\boxed{30^\\circ}$"), _says("$\\boxed{60^\\circ}$")),
+    ("25\\%", _says("$\\boxed{25\\%}$"), _says("$\\boxed{20\\%}$")),
+    ("\\text{(C)}", _says("$\\boxed{\\text{(C)}}$"), _says("$\\boxed{\\text{(D)}}$")),
+    ("\\text{Evelyn}", _says("$\\boxed{\\text{Evelyn}}$"), _says("$\\boxed{\\text{Angela}}$")),
+    ("\\dfrac{3}{4}", _says("$\\boxed{\\frac{3}{4}}$"), _says("$\\boxed{\\frac{4}{3}}$")),
+    ("\\frac{1}{2}", _says("$\\boxed{0.5}$"), _says("$\\boxed{0.25}$")),
+    ("2\\sqrt{3}", _says("$\\boxed{\\sqrt{12}}$"), _says("$\\boxed{3\\sqrt{2}}$")),
+    ("\\frac{\\pi}{4}", _says("$\\boxed{\\frac{\\pi}{4}}$"), _says("$\\boxed{\\frac{\\pi}{2}}$")),
+    ("-7", _says("$\\boxed{-7}$"), _says("$\\boxed{7}$")),
+    ("3.75", _says("$\\boxed{\\frac{15}{4}}$"), _says("$\\boxed{3.5}$")),
+    ("1,000,000", _says("$\\boxed{1000000}$"), _says("$\\boxed{100000}$")),
+    ("(3, -1)", _says("$\\boxed{(3,-1)}$"), _says("$\\boxed{(-1,3)}$")),
+    ("x^2 + 2x + 1", _says("$\\boxed{(x+1)^2}$"), _says("$\\boxed{(x-1)^2}$")),
+    ("y = 2x + 3", _says("$\\boxed{y=2x+3}$"), _says("$\\boxed{y=3x+2}$")),
+    ("\\frac{\\sqrt{3}}{2}", _says("$\\boxed{\\frac{\\sqrt3}{2}}$"), _says("$\\boxed{\\frac{1}{2}}$")),
+    ("5", "There are 5 cases.\n\nFinal answer: $5$", "There are 5 cases, one repeated.\n\nFinal answer: $4$"),
+    ("12", "First \\boxed{12}, then, checking again, \\boxed{12}", "first \\boxed{7}, then finally \\boxed{12}"),
+    ("2^{10}", _says("$\\boxed{1024}$"), _says("$\\boxed{2^{11}}$")),
+    ("\\infty", _says("$\\boxed{\\infty}$"), _says("$\\boxed{-\\infty}$")),
+    ("\\{-1, 1\\}", _says("$\\boxed{\\pm 1}$"), _says("$\\boxed{1}$")),
+]
+
+
+def test_verify_equals_verl_math_verify_on_dataset_gold_forms():
+    completions = [c for _, *cs in GOLD_FORMS for c in cs]
+    golds = [g for g, *cs in GOLD_FORMS for _ in cs]
+    reference = [_verl_reference(c, g) for c, g in zip(completions, golds)]
+    assert reference == [1.0, 0.0] * len(GOLD_FORMS)  # the cases mean what they say
+    assert fgrpo.verify(completions, golds) == reference
+    # the dedup key keeps apart what only the parse of a whole completion can tell apart
+    same_box = ["$\\boxed{12}$", "So $\\boxed{12}$ and $\\boxed{13}$", "$\\boxed{12}$. The final answer is $13$",
+                "$\\boxed{12}$", "\\boxed{12", "junk without any number"]
+    assert fgrpo.verify(same_box, ["12"] * 6) == [_verl_reference(c, "12") for c in same_box] == [1, 0, 0, 1, 0, 0]
+
+
+def test_verify_survives_golds_whose_parse_cannot_be_pickled():
+    # a chained equality's parse failed to unpickle in the parent and stopped the pool (issue 10)
+    assert fgrpo.verify(["so $\\boxed{2}$", "so $\\boxed{3}$"], ["z = 1 + 1 = 2"] * 2) == [1.0, 0.0]
+    assert fgrpo.verify(["$\\boxed{4}$"], ["4"]) == [1.0]  # the next call works
+
+
+def _score_or_die(completion, gold, level):  # module level: the workers find it by name
+    if "DIE" in completion:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if "RAISE" in completion:
+        raise RuntimeError("boom")
+    return SCORE(completion, gold, level)
+
+
+SCORE = fgrpo._score
+
+
+def test_verify_worker_killed_or_failing_scores_zero_and_the_call_returns(monkeypatch):
+    def fresh_workers():
+        if fgrpo._POOL is not None:
+            fgrpo._POOL.terminate()
+            fgrpo._POOL = None
+    monkeypatch.setattr(fgrpo, "_score", _score_or_die)
+    fresh_workers()  # forked after the patch
+    try:
+        texts = ["$\\boxed{4}$", "$\\boxed{DIE}$", "$\\boxed{5}$", "$\\boxed{RAISE}$", "$\\boxed{4.0}$"]
+        with pytest.warns(UserWarning) as caught:
+            assert fgrpo.verify(texts, ["4"] * 5, timeout=3.0) == [1.0, 0.0, 0.0, 0.0, 1.0]
+        messages = [str(w.message) for w in caught]
+        assert sum("no result within" in m for m in messages) == 1, messages
+        assert sum("RuntimeError: boom" in m for m in messages) == 1, messages
+        assert fgrpo.verify(["$\\boxed{4}$"], ["4"]) == [1.0]
+    finally:
+        fresh_workers()  # later tests fork workers without the patch
+
+
+def test_last_boxed_matches_braces():
+    assert evaluator.last_boxed("x \\boxed{\\frac{1}{\\sqrt{2}}} y") == "\\frac{1}{\\sqrt{2}}"
+    assert evaluator.last_boxed("unclosed \\boxed{12") == "unclosed \\boxed{12"
 
 
 def test_verify_pathological_completions_score_zero_within_timeout():
-    bad = ["\\boxed{9^{9^{9^{9^{9}}}}}", "junk " * 20_000, "\\boxed{" + "{" * 50_000]
+    bad = ["$\\boxed{9^{9^{9^{9^{9}}}}}$", "junk " * 20_000, "\\boxed{" + "{" * 50_000]
     start = time.time()
-    with pytest.warns(UserWarning, match="exceeded"):  # the power tower hangs in C: workers killed
+    with pytest.warns(UserWarning, match="no result within"):  # the power tower hangs in C: workers killed
         scores = fgrpo.verify(bad + ["\\boxed{4}"], ["4"] * 4, timeout=2.0)
     elapsed = time.time() - start
     assert scores == [0.0, 0.0, 0.0, 1.0]  # and the pool still works after a kill
@@ -288,7 +387,7 @@ def test_verify_workers_die_on_terminate_under_a_sigterm_handler():
     # at exit) must still end the workers. Before the fix this hung forever.
     code = ("import signal, sys; sys.path.insert(0, sys.argv[1]); import fgrpo; "
             "signal.signal(signal.SIGTERM, lambda *_: None); "
-            "print(fgrpo.verify(['\\\\boxed{9^{9^{9^{9^{9}}}}}', '\\\\boxed{4}'], ['4', '4'], timeout=2.0))")
+            "print(fgrpo.verify(['$\\\\boxed{9^{9^{9^{9^{9}}}}}$', '\\\\boxed{4}'], ['4', '4'], timeout=2.0))")
     out = subprocess.run([sys.executable, "-c", code, str(HERE)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[0.0, 1.0]", out.stderr[-2000:]
 

@@ -7,7 +7,8 @@
 
 1. log-probs at Qwen's 151,936-token vocabulary, forward + backward: fgrpo.token_logprobs
    against log_softmax(logits).gather (bench/logprobs.py): peak memory and time.
-2. verification at pass@256 scale: fgrpo.verify against sequential math-verify (bench/verify.py).
+2. verification at pass@256 scale: fgrpo.verify against verl's math-verify reward, one completion
+   at a time (bench/verify.py).
 3. a full training step on a CPU: fgrpo.run_step against TRL's GRPOTrainer (bench/train_step.py).
 4. rollout: fgrpo's vLLM path against its transformers generate() path (bench/rollout.py).
 
@@ -112,7 +113,7 @@ def part_verify(s, _):
     """Row 2: both sides in one process, alternating; throughput is completions per second."""
     r = child("verify.py", "--problems", s["v_problems"], "--samples", s["v_samples"], "--reps", s["v_reps"])
     print(f"  verify.py: ours {r['times_ours']}, naive {r['times_naive']} s", flush=True)
-    note = (f"{r['distinct_pairs']:,} distinct (gold, answer) pairs in {r['completions']:,} completions; "
+    note = (f"{r['distinct_pairs']:,} distinct (gold, answer key) pairs in {r['completions']:,} completions; "
             f"the sides agree on {r['agree_frac']:.2%} of the scores")
     return [row(f"verify {s['v_problems']}x{s['v_samples']}: throughput", r["throughput_ours"],
                 r["throughput_naive"], "completions/s", ">= 5", note)], r

@@ -1,4 +1,5 @@
-"""Part 2: verification at pass@256 scale, fgrpo.verify against naive sequential math-verify.
+"""Part 2: verification at pass@256 scale, fgrpo.verify against verl's math-verify reward called
+one completion at a time (the naive side, and the reference each score must equal).
 
     python bench/verify.py --problems 200 --samples 256 --reps 2 --result /tmp/verify.json
 
@@ -77,11 +78,19 @@ def synthetic(problems, samples, seed=0):
 
 
 def naive_verify(completions, golds):
-    """One completion at a time, in this process: parse the boxed gold, parse the answer,
-    verify (gold first), with math-verify's default timeouts."""
-    from math_verify import parse, verify
-    return [float(verify(parse("\\boxed{" + g + "}"), parse(fgrpo.boxed_answer(c))))
-            for c, g in zip(completions, golds)]
+    """One completion at a time, in this process: verl's compute_score
+    (verl/utils/reward_score/math_verify.py) with its math-verify settings and timeouts."""
+    from math_verify.metric import math_metric
+    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
+    score = math_metric(gold_extraction_target=(LatexExtractionConfig(),),
+                        pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()))
+    out = []
+    for c, g in zip(completions, golds):
+        try:
+            out.append(float(score(["\\boxed{" + g + "}"], [c])[0]))
+        except Exception:
+            out.append(0.0)
+    return out
 
 
 def main():
@@ -101,7 +110,7 @@ def main():
         t_ours.append(t)
         naive, t = timed(naive_verify, comps, golds)
         t_naive.append(t)
-    answers = [fgrpo.boxed_answer(c) for c in comps]
+    answers = fgrpo._answer_keys(comps)  # what fgrpo.verify deduplicates on
     top = [Counter(answers[i:i + a.samples]).most_common(1)[0][1] / a.samples
            for i in range(0, len(answers), a.samples)]
     write_result(a.result, {
