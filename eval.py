@@ -93,7 +93,10 @@ def powers_of_two(n):  # k = 1, 2, 4, ..., and n itself last
 # ---------------------------------------------------------------- data: --data, or the Hub registry
 def load_benchmarks(args):  # name -> (domain, [{"problem", "answer"}])
     if args.data:  # fgrpo.load_problems exits with one line naming the file and line of a bad record
-        return {Path(args.data).stem: ("math", fgrpo.load_problems(args.data))}
+        problems = fgrpo.load_problems(args.data)
+        if len(kept := [p for p in problems if p["answer"].strip()]) < len(problems):
+            print(f"data: {len(problems) - len(kept)} problems with a null or empty answer dropped")
+        return {Path(args.data).stem: ("math", kept)}
     return {x: (BENCHMARKS[x][4], [as_problem(i, r, *BENCHMARKS[x][2:4]) for i, r in enumerate(hub_rows(x))])
             for x in args.benchmarks.split(",")}
 

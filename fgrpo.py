@@ -430,7 +430,12 @@ def load_problems(path, problem_key="problem", answer_key="answer"):
     path = Path(path)
     if not path.is_file():
         sys.exit(f"error: data file {path} not found")
-    text = path.read_text()
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        sys.exit(f"error: {path}:{line}: not UTF-8 text (byte {e.start})")
     if text.lstrip().startswith("["):  # one JSON list: errors name the line, fields the record
         where, chunks = "record", [(1, text)]
     else:  # JSONL: one object per non-empty line
@@ -449,8 +454,12 @@ def load_problems(path, problem_key="problem", answer_key="answer"):
             if not isinstance(row, dict) or key not in row:
                 sys.exit(f"error: {path}: {where} {i} has no field '{key}' (see --problem-key/--answer-key)")
         answer = row[answer_key]  # a list (e.g. OlympiadBench's) is one answer of several parts
-        answer = ", ".join(map(str, answer)) if isinstance(answer, list) else str(answer)
-        problems.append({"problem": str(row[problem_key]), "answer": answer})
+        parts = answer if isinstance(answer, list) else [answer]
+        if not all(isinstance(a, (str, int, float)) or a is None for a in parts):
+            sys.exit(f"error: {path}: {where} {i}: '{answer_key}' is {type(answer).__name__} {str(answer)[:60]}, "
+                     "not a string, a number or a list of them")
+        # a null answer becomes "": filter_problems drops it and counts it
+        problems.append({"problem": str(row[problem_key]), "answer": ", ".join(str(a) for a in parts if a is not None)})
     if not problems:
         sys.exit(f"error: {path} holds no problems")
     return problems

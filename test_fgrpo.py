@@ -421,6 +421,18 @@ def test_data_errors_name_file_line_and_field(tmp_path, capsys):
     arr.write_text(json.dumps([{"question": "1+1", "solution": 2}]))
     assert fgrpo.load_problems(arr, "question", "solution") == [{"problem": "1+1", "answer": "2"}]
     assert "record 1" in fails(arr) and "'problem'" in fails(arr)
+    # golds that are not answers: a dict is an error; a null answer is dropped and counted
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"problem": "1+1", "answer": null}\n{"problem": "2+2", "answer": {"value": 4}}\n')
+    assert f"{odd}: line 2: 'answer' is dict" in fails(odd)
+    odd.write_text('{"problem": "1+1", "answer": null}\n{"problem": "2+2", "answer": ["4", 5]}\n')
+    assert fgrpo.load_problems(odd) == [{"problem": "1+1", "answer": ""}, {"problem": "2+2", "answer": "4, 5"}]
+    tok = fgrpo.build_tiny(0, warm_steps=0)[1]
+    assert fgrpo.filter_problems(fgrpo.load_problems(odd), tok, 64) == [{"problem": "2+2", "answer": "4, 5"}]
+    assert "1 problems with conflicting or empty answers" in capsys.readouterr().out
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"problem": "1+1", "answer": "2"}\n{"problem": "caf\xe9", "answer": "3"}\n')
+    assert f"{latin}:2: not UTF-8 text" in fails(latin)
 
 
 @pytest.mark.parametrize("argv,message", [
