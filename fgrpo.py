@@ -259,14 +259,16 @@ def _chunk_logprobs(head, hidden, targets, temperature):
     logits = head(hidden).float().div_(temperature)  # in place: one chunk-sized tensor fewer
     return logits.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
 
-def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=512):
+def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=512, mask=None):
     """log pi(x_{t+1} | x_{<=t}) at the sampling temperature.
 
     input_ids, attention_mask: (B, T).  Returns (B, T-1), the log-probs of
-    input_ids[:, 1:]. The lm_head and log-softmax run on `chunk` positions at a
-    time, and each chunk is recomputed in backward (activation checkpointing),
-    so at most one chunk of logits is alive. Models that post-process logits
-    (e.g. Gemma's soft-capping) would need that step added to _chunk_logprobs.
+    input_ids[:, 1:]. mask: optional (B, T-1); where given, only its nonzero
+    positions (the response) go through the lm_head, and the rest are 0. The
+    lm_head and log-softmax run on `chunk` positions at a time, and each chunk
+    is recomputed in backward (activation checkpointing), so at most one chunk
+    of logits is alive. Models that post-process logits (e.g. Gemma's
+    soft-capping) would need that step added to _chunk_logprobs.
     """
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # as generate() does
     # the decoder's output, from a call through the root module so that FSDP2's hooks gather
@@ -276,14 +278,13 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=512)
     model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
           logits_to_keep=1, use_cache=False)
     hook.remove()
-    hidden = hidden[0]
-    B, T, H = hidden.shape
-    hidden, targets = hidden[:, :-1].reshape(-1, H), input_ids[:, 1:].reshape(-1)
+    keep = torch.ones_like(input_ids[:, 1:], dtype=torch.bool) if mask is None else mask.bool()
+    hidden, targets = hidden[0][:, :-1][keep], input_ids[:, 1:][keep]  # (N, H), (N,)
     head = model.get_output_embeddings()
     out = [checkpoint(_chunk_logprobs, head, hidden[i:i + chunk], targets[i:i + chunk],
                       temperature, use_reentrant=False)
-           for i in range(0, hidden.shape[0], chunk)]
-    return torch.cat(out).view(B, T - 1)
+           for i in range(0, len(targets), chunk)]
+    return torch.zeros(keep.shape, device=hidden.device).masked_scatter(keep, torch.cat(out))
 
 
 # ----------------------------------------------------------------------------
@@ -689,28 +690,36 @@ def collate(pairs, pad_id):
 # steps (4 in the paper; all but the first are off-policy), each accumulated
 # over micro-batches with one token-mean normaliser.
 # ----------------------------------------------------------------------------
+def micro_batches(lengths, per_update, micro_batch):
+    """Each optimiser step's sequences (per_update of them, in rollout order) sorted by length and
+    cut into micro-batches: similar lengths share one, so little of a forward is padding. The
+    token-mean's normaliser counts the whole step, so the order does not change the gradient."""
+    steps = [sorted(range(i, min(i + per_update, len(lengths))), key=lengths.__getitem__)
+             for i in range(0, len(lengths), per_update)]
+    return [[step[j:j + micro_batch] for j in range(0, len(step), micro_batch)] for step in steps]
+
 def train_step(model, opt, ids, attn, mask, adv, args):
     """One rollout batch of updates on this rank's share. ids, attn: (B, T); mask: (B, T-1); adv: (B,)."""
-    per_update = args.mini_batch // WORLD * args.n
-    updates = [[slice(j, min(j + args.micro_batch, i + per_update))
-                for j in range(i, i + per_update, args.micro_batch)]
-               for i in range(0, len(ids), per_update)]
+    lengths = attn.sum(-1).tolist()
+    updates = micro_batches(lengths, args.mini_batch // WORLD * args.n, args.micro_batch)
 
-    def forward(s):  # trims each micro-batch's right padding
-        T = int(attn[s].sum(-1).max())
-        return token_logprobs(model, ids[s, :T], attn[s, :T], args.temperature), mask[s, :T - 1]
+    def forward(idx):  # one micro-batch, cut to its longest sequence; logits only where the loss reads
+        T = max(lengths[i] for i in idx)
+        msk = mask[idx, :T - 1]
+        return token_logprobs(model, ids[idx, :T], attn[idx, :T], args.temperature, mask=msk), msk
 
     with torch.no_grad():  # App. L: pi_old is the sampling policy, fixed for all updates
-        old = {s.start: forward(s)[0] for u in updates for s in u}
+        old = [[forward(idx)[0] for idx in u] for u in updates]
+    positions = sum(len(idx) * max(lengths[i] for i in idx) for u in updates for idx in u)
     m = {"loss": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "skipped": 0}
-    for u in tqdm(updates, desc="train", leave=False, disable=RANK or None):
+    for u, old_u in tqdm(list(zip(updates, old)), desc="train", leave=False, disable=RANK or None):
         # the whole optimiser step's response tokens, all micro-batches of all ranks
-        num_tokens, = all_reduce([sum(float(mask[s].sum()) for s in u)])
+        num_tokens, = all_reduce([sum(float(mask[idx].sum()) for idx in u)])
         opt.zero_grad(set_to_none=True)
         loss_sum, clipped = 0.0, 0.0
-        for s in u:
-            logp, msk = forward(s)
-            loss, stats = policy_loss(logp, old[s.start], adv[s], msk, args.algo,
+        for idx, old_logp in zip(u, old_u):
+            logp, msk = forward(idx)
+            loss, stats = policy_loss(logp, old_logp, adv[idx], msk, args.algo,
                                       args.eps_low, args.eps_high, num_tokens, args.dual_clip)
             (loss * WORLD).backward()  # FSDP2 averages gradients over ranks; the token-mean wants the sum
             loss_sum += float(loss.detach())
@@ -726,7 +735,9 @@ def train_step(model, opt, ids, attn, mask, adv, args):
         m["loss"] += loss_sum / len(updates)
         m["grad_norm"] += grad_norm / len(updates)
         m["clip_frac"] += clipped
-    m["clip_frac"] /= all_reduce([float(mask.sum())])[0]  # over all response tokens of the batch
+    tokens, positions, pad = all_reduce([float(mask.sum()), positions, positions - sum(lengths)])
+    m["clip_frac"] /= tokens  # over all response tokens of the batch
+    m["pad_frac"] = pad / positions  # the share of the forwards' positions that are padding
     return m
 
 

@@ -260,6 +260,59 @@ def test_token_logprobs_matches_naive_in_value_and_gradient(temperature):
     assert max(rows) <= 5  # the lm_head never saw more than one chunk of positions
 
 
+def test_token_logprobs_on_the_response_only_equals_the_full_call():
+    model = _random_qwen()
+    ids = torch.randint(0, 300, (3, 12), generator=torch.Generator().manual_seed(4))
+    attn = torch.ones_like(ids)
+    attn[2, 9:] = 0
+    mask = torch.zeros(3, 11)
+    mask[0, 5:], mask[1, 2:7], mask[2, 6:8] = 1, 1, 1
+    full = fgrpo.token_logprobs(model, ids, attn)
+    (full * mask).sum().backward()
+    g_full = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    rows = []
+    # (positions, vocab) calls are ours; the model's own logits_to_keep=1 call is (B, 1, vocab)
+    hook = model.lm_head.register_forward_hook(lambda m, i, o: rows.append(o.shape[0] if o.dim() == 2 else 0))
+    part = fgrpo.token_logprobs(model, ids, attn, mask=mask, chunk=4)
+    (part * mask).sum().backward()
+    hook.remove()
+    assert sum(rows) == 2 * int(mask.sum())  # forward and its recomputation, response positions only
+    assert torch.allclose(part[mask.bool()], full[mask.bool()], atol=1e-6)
+    assert torch.all(part[~mask.bool()] == 0)
+    for a, p in zip(g_full, model.parameters()):
+        assert torch.allclose(a, p.grad, atol=1e-6)
+
+
+def test_length_sorted_micro_batches_give_the_rollout_order_gradient(monkeypatch):
+    assert fgrpo.micro_batches([5, 2, 9, 1, 7, 3], 3, 2) == [[[1, 0], [2]], [[3, 5], [4]]]
+    gen = torch.Generator().manual_seed(5)
+    pairs = [(list(range(1, 4)), torch.randint(4, 50, (int(n),), generator=gen).tolist())
+             for n in torch.randint(1, 12, (8,), generator=gen)]
+    ids, attn, mask = fgrpo.collate(pairs, 0)
+    adv = torch.randn(8, generator=gen)
+    args = fgrpo.parse_args(["--model", "tiny", "--n", "4", "--prompts", "2", "--mini-batch", "2",
+                             "--micro-batch", "3", "--algo", "dapo"])
+    def step():
+        model = _random_qwen(vocab=50)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        m = fgrpo.train_step(model, opt, ids, attn, mask, adv, args)
+        return torch.cat([p.detach().flatten() for p in model.parameters()]), m
+    sorted_w, sorted_m = step()
+    monkeypatch.setattr(fgrpo, "micro_batches", lambda lengths, per, micro: [
+        [list(range(j, min(j + micro, i + per))) for j in range(i, i + per, micro)] for i in range(0, len(lengths), per)])
+    plain_w, plain_m = step()
+    init = torch.cat([p.detach().flatten() for p in _random_qwen(vocab=50).parameters()])
+    assert (sorted_w - init).abs().max() > 1e-3  # the step moved the weights
+    assert torch.allclose(sorted_w, plain_w, atol=1e-6)
+    assert sorted_m["loss"] == pytest.approx(plain_m["loss"], rel=1e-5)
+    assert sorted_m["pad_frac"] < plain_m["pad_frac"]
+    # pad_frac by hand: forward positions of each micro-batch minus the real tokens
+    lengths = sorted(attn.sum(-1).tolist())  # one optimiser step of 8, micro-batches of 3
+    positions = sum(len(lengths[j:j + 3]) * max(lengths[j:j + 3]) for j in range(0, 8, 3))
+    assert sorted_m["pad_frac"] == pytest.approx(1 - sum(lengths) / positions)
+
+
 # ---------------------------------------------------------------- verify
 def _verl_reference(completion, gold):
     """verl's math-verify reward (verl/utils/reward_score/math_verify.py), serially, in this process."""
