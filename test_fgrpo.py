@@ -1053,3 +1053,62 @@ def test_eval_samples_with_vllm_where_it_is_installed(tiny_eval, tmp_path):
         if m:
             assert score == float(m.group(1) == p["answer"])
     assert 0 < sum(s for _, s, _ in boxed) < 48
+
+
+# ---------------------------------------------------------------- the docs' commands
+def _doc_command_errors(paths):
+    """(commands found, problems): every command line in the markdown files' fenced code blocks
+    that runs fgrpo.py, eval.py (python or torchrun) or make, checked against the real parsers'
+    flags and the Makefile's targets. Nothing is run."""
+    import shlex
+    flags = {"fgrpo.py": {s for a in fgrpo.build_parser()._actions for s in a.option_strings},
+             "eval.py": {s for a in evaluator.build_parser()._actions for s in a.option_strings}}
+    targets = set(re.findall(r"^([A-Za-z_][\w.-]*)\s*:(?!=)", (HERE / "Makefile").read_text(), re.M))
+    found, problems = [], []
+    for path in paths:
+        fenced = False
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+                continue
+            try:
+                words = shlex.split(line, comments=True) if fenced else []
+            except ValueError:  # an unbalanced quote: output, not a command
+                continue
+            cmds = [[]]
+            for w in words:  # one list per command of `a && b ; c`
+                cmds.append([]) if w in (";", "&&", "||", "|") else cmds[-1].append(w)
+            for cmd in cmds:
+                while cmd and (cmd[0] == "time" or re.fullmatch(r"[A-Za-z_]\w*=\S*", cmd[0])):
+                    cmd = cmd[1:]  # an environment prefix: BENCH_QUICK=1 make bench
+                where = f"{path.name}:{n}"
+                if cmd[:1] == ["make"]:
+                    found.append(("make", where))
+                    problems += [f"{where}: make {t}: no such target in the Makefile"
+                                 for t in cmd[1:] if not t.startswith("-") and "=" not in t and t not in targets]
+                    continue
+                script = next((i for i, w in enumerate(cmd) if Path(w).name in flags), None)
+                if script is None or cmd[0] not in ("python", "python3", "torchrun"):
+                    continue
+                name = Path(cmd[script]).name
+                found.append((f"{Path(cmd[0]).name.rstrip('3')} {name}", where))
+                problems += [f"{where}: {name} has no flag {w.split('=')[0]}" for w in cmd[script + 1:]
+                             if w.startswith("--") and w.split("=")[0] not in flags[name]]
+    return found, problems
+
+
+def test_readme_commands_use_real_flags(tmp_path):
+    docs = [HERE / "README.md", *sorted((HERE / "docs").glob("*.md"))]
+    found, problems = _doc_command_errors(docs)
+    assert not problems, "\n".join(problems)
+    in_readme = {what for what, where in found if where.startswith("README.md:")}
+    assert in_readme == {"make", "python fgrpo.py", "torchrun fgrpo.py", "python eval.py"}, found  # found them
+    # and the check fails where it should: a made-up flag, target and torchrun flag
+    bad = tmp_path / "bad.md"
+    bad.write_text("```bash\npython fgrpo.py --model tiny --no-such-flag 1  # a comment --not-a-flag\n"
+                   "make demo && X=1 make no-such-target\n"
+                   "torchrun --nproc_per_node 2 fgrpo.py --algo dapo --gama=1\n"
+                   "python eval.py --compare a b --n 4 --nope\n```\n--outside-a-fence\n")
+    assert _doc_command_errors([bad])[1] == [
+        "bad.md:2: fgrpo.py has no flag --no-such-flag", "bad.md:3: make no-such-target: no such target in the Makefile",
+        "bad.md:4: fgrpo.py has no flag --gama", "bad.md:5: eval.py has no flag --nope"]
