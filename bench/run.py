@@ -11,6 +11,9 @@
    at a time (bench/verify.py).
 3. a full training step on a CPU: fgrpo.run_step against TRL's GRPOTrainer (bench/train_step.py).
 4. rollout: fgrpo's vLLM path against its transformers generate() path (bench/rollout.py).
+5. one rollout batch's updates at RL-like (log-normal) completion lengths: fgrpo.train_step
+   against itself with rollout-order micro-batches and logits at every position
+   (bench/train_lengths.py).
 
 Every measurement is repeated with the two sides alternating (A B A B) so that drift of the
 machine hits both alike, after a warm-up; the table shows medians. Sides whose memory is
@@ -33,13 +36,14 @@ from common import ROOT, median, save_tiny
 from train_step import UNMATCHED
 
 HERE = Path(__file__).resolve().parent
-PARTS = ["logprobs", "verify", "train", "rollout"]
+PARTS = ["logprobs", "verify", "train", "rollout", "lengths"]
 SIZES = {  # full: the issue's sizes; quick: a smoke test of every part
     "full": dict(lp_batch=4, lp_seq=1024, lp_iters=2, lp_reps=2, v_problems=200, v_samples=256, v_reps=2,
                  t_steps=5, t_warmup=1, t_reps=2, r_demo=["32x8", "256x8"], r_long=["8x8", "32x8"],
-                 r_long_tokens=256, r_reps=3),
+                 r_long_tokens=256, r_reps=3, l_flags=[], l_reps=2),
     "quick": dict(lp_batch=1, lp_seq=256, lp_iters=1, lp_reps=1, v_problems=12, v_samples=64, v_reps=1,
-                  t_steps=1, t_warmup=1, t_reps=1, r_demo=["8x8"], r_long=["8x8"], r_long_tokens=32, r_reps=1),
+                  t_steps=1, t_warmup=1, t_reps=1, r_demo=["8x8"], r_long=["8x8"], r_long_tokens=32, r_reps=1,
+                  l_flags=["--prompts", 2, "--mini-batch", 1, "--max-new-tokens", 64], l_reps=1),
 }
 
 
@@ -131,6 +135,19 @@ def part_train(s, folders):
                 "increment over the RSS before the first step")], res
 
 
+def part_lengths(s, _):
+    """Row 5: both sides run fgrpo.train_step; the alternative undoes length sorting and
+    response-only logits (see bench/train_lengths.py)."""
+    res = alternate("train_lengths.py", {"fgrpo": ["--side", "fgrpo"], "plain": ["--side", "rollout-order"]},
+                    s["l_reps"], s["l_flags"])
+    time = {k: median([r["time"] for r in v]) for k, v in res.items()}
+    pad = {k: res[k][0]["pad_frac"] for k in res}
+    note = (f"pad_frac {pad['fgrpo']:.3f} (target <= 0.1) vs {pad['plain']:.3f}; "
+            f"{res['fgrpo'][0]['response_tokens']:,} response tokens; the lm_head dominates this tiny model")
+    return [row("updates at log-normal lengths: sorted micro-batches + response-only logits",
+                time["fgrpo"], time["plain"], "s", "<= 0.6", note)], res
+
+
 def part_rollout(s, folders):
     """Row 4: vLLM against generate() in one process per model, on the demo model (6-token
     answers) and on the untrained tiny model, whose samples run long and vary in length."""
@@ -213,7 +230,8 @@ def main():
     info = machine()
     print(f"{info['cores']} cores ({info['usable_cores']} usable), {info['cpu']}, {info['memory_gb']} GB; "
           + ", ".join(f"{k} {v}" for k, v in info["versions"].items()) + f"; fgrpo {info['commit']}", flush=True)
-    parts = {"logprobs": part_logprobs, "verify": part_verify, "train": part_train, "rollout": part_rollout}
+    parts = {"logprobs": part_logprobs, "verify": part_verify, "train": part_train, "rollout": part_rollout,
+             "lengths": part_lengths}
     rows, raw, errors = [], {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         folders = build_models(tmp, sizes, a.parts)
