@@ -570,8 +570,79 @@ def test_demo_learns(tmp_path, rollout):
     rewards = [m["reward"] for m in _metrics(tmp_path)]
     assert rewards[0] <= 0.3
     assert sum(rewards[-10:]) / 10 >= 0.6
-    before, after = (float(line.split()[2]) for line in stdout.splitlines() if "held-out pass@1" in line)
+    curves = [line for line in stdout.splitlines() if line.startswith("held-out pass@1")]
+    before, after = (float(line.split()[2]) for line in curves)
     assert before <= 0.3 and after >= 0.6
+    assert all(f"pass@{k} " in line for k in (2, 4, 8) for line in curves)  # the whole curve, k = 1..8
+    # a quiet terminal: vLLM's start-up notes, bars and per-sync warnings stay out (--verbose shows them)
+    assert not any(noise in stdout for noise in ("RotaryEmbedding", "Processed prompts", "Triton is installed",
+                                                 "Loading safetensors", "FutureWarning")), stdout[-3000:]
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "metrics.png").stat().st_size > 10_000
+    else:
+        assert "pip install matplotlib" in stdout
+
+
+def test_headline_command_on_a_machine_without_a_gpu_is_one_line(tmp_path):
+    out = subprocess.run([sys.executable, str(HERE / "fgrpo.py"), "--algo", "dapo", "--gamma", "1"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0, out.stderr
+    assert "Qwen/Qwen2.5-7B needs GPUs" in out.stderr and "--model tiny" in out.stderr
+    assert not (tmp_path / "runs").exists()  # said before loading or writing anything
+
+
+def test_unreachable_model_or_dataset_is_one_line(tmp_path, monkeypatch):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, str(HERE / "fgrpo.py"), "--model", "no-such-org/no-such-model",
+                          "--rollout", "hf", "--out", str(tmp_path / "run")],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "error: cannot load the model no-such-org/no-such-model" in out.stderr and "--model FOLDER" in out.stderr
+    import huggingface_hub
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("no network")
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    with pytest.raises(SystemExit) as e:
+        fgrpo.hub_or_local("agentica-org/DeepScaleR-Preview-Dataset")
+    assert "cannot download deepscaler.json of the Hub dataset agentica-org/DeepScaleR-Preview-Dataset" in str(e.value)
+    assert "--data FILE" in str(e.value)
+
+
+def _wandb_history(folder):
+    """The history rows of an offline wandb run, read back from its .wandb file: a 7-byte header,
+    then 32 KiB blocks of records (crc 4, length 2, type 1: full, first, middle, last) holding
+    wandb's Record protobufs (the log format of wandb's own reader, gone from its Python API)."""
+    from wandb.proto import wandb_internal_pb2
+    data = next(folder.glob("wandb/offline-run-*/run-*.wandb")).read_bytes()
+    assert data[:4] == b":W&B"
+    rows, pos, buf = [], 7, b""
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block's tail too short for a record header is padding
+            pos += 32768 - pos % 32768
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        buf, pos = buf + data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind in (1, 4):  # a record ends here
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(buf)
+            if record.WhichOneof("record_type") == "history":
+                rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+            buf = b""
+    return rows
+
+
+def test_wandb_logs_every_metric_of_metrics_jsonl(tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="optional: pip install wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    _run(tmp_path, "--steps", "2", "--wandb", "fgrpo-test")
+    logged = _wandb_history(tmp_path)
+    expected = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(logged) == len(expected) == 2
+    for got, want in zip(logged, expected):
+        assert {k: got[k] for k in want} == pytest.approx(want)
 
 
 # ---------------------------------------------------------------- eval.py
