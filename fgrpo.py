@@ -327,8 +327,7 @@ def _run(fn, args):  # runs in a worker: a failure comes back as text, never as 
         return None, f"{type(e).__name__}: {e}"[:300]
 
 def _pool_map(fn, tasks, timeout, default, desc):
-    """[fn(*t) for t in tasks] in worker processes. A task that fails, times out or loses its
-    worker gets `default` and one warning; the others keep their results."""
+    """[fn(*t) for t in tasks] in workers; a task that fails, hangs or loses its worker: `default`, one warning."""
     global _POOL
     out, todo = [default] * len(tasks), list(range(len(tasks)))
     bar = tqdm(total=len(tasks), desc=desc, leave=False, disable=None)
@@ -362,9 +361,8 @@ def _pool_map(fn, tasks, timeout, default, desc):
 def verify(completions, golds, timeout=20.0):
     """1.0 where verl's math-verify reward finds the completion's answer equal to its gold, else 0.0.
 
-    Exactly verl's compute_score for each (completion, gold) (see _score), computed once per
-    distinct (gold, answer key) (see _answer_keys), so a pass@1024 evaluation verifies each
-    distinct answer once; where a key's matches did not decide, each whole text is verified.
+    Exactly verl's compute_score for each (completion, gold) (see _score), once per distinct
+    (gold, answer key) (see _answer_key), or per whole text where a key's matches did not decide.
     An item that fails or hangs costs about `timeout` seconds and scores 0 (verl: 20 s).
     """
     chunks = [completions[i:i + 64] for i in range(0, len(completions), 64)]
@@ -755,9 +753,8 @@ def evaluate(model, tok, engine, problems, args, when):
         print("held-out " + "  ".join(f"pass@{k} {v / count:.3f}" for k, v in zip(ks, sums)) + f"  ({when} training)")
 
 def collect_batch(model, tok, engine, next_problems, args, step):
-    """This rank's rollout batch: (samples, rewards (P, N), metrics). With --dynamic-sampling
-    (DAPO), groups whose rewards are all equal are dropped and more prompts sampled until every
-    rank has a full batch; after --max-tries rounds it is topped up with dropped groups."""
+    """This rank's rollout batch: (samples, rewards (P, N), metrics). --dynamic-sampling (DAPO) drops
+    all-equal groups and samples more until every rank's batch is full, topped up after --max-tries."""
     need, n, full = args.prompts // WORLD, args.n, not args.dynamic_sampling
     kept, dropped, secs = [], [], [0.0, 0.0]
     for tries in range(1, (1 if full else args.max_tries) + 1):
@@ -801,8 +798,7 @@ def run_step(model, tok, engine, opt, next_problems, args, step):
     return {**{k: s / d for k, s, d in zip(names, sums, per)}, **m, "t_train": time.time() - t0}
 
 def open_log(out, step, args):
-    """OUT/metrics.jsonl up to `step` (after a kill: whole lines only, a cut one has no newline),
-    and the Weights & Biases run of --wandb (imported only when asked for)."""
+    """OUT/metrics.jsonl cut back to `step` (whole lines: a kill may cut the last) and the --wandb run."""
     path = out / "metrics.jsonl"
     lines = path.read_text().split("\n")[:-1] if step and path.exists() else []
     path.write_text("".join(line + "\n" for line in lines if json.loads(line)["step"] <= step))
@@ -846,6 +842,11 @@ def train(args):
     random.seed(args.seed)
     torch.manual_seed(args.seed)  # the same initialisation on every rank; sampling uses step_seed
     model, tok, problems, held_out = load_policy(args, ckpt or args.model)
+    if RANK == 0:
+        print(f"model {args.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters; "
+              f"{len(problems)} training problems, {len(held_out)} held out")
+    if not args.verbose:  # loaded: later bars would only be transformers' checkpoint writes
+        importlib.import_module("transformers.utils.logging").disable_progress_bar()
     model = shard(model, device).eval()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999),  # App. L
                             weight_decay=args.weight_decay)
