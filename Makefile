@@ -20,7 +20,7 @@ demo:  ## F-DAPO on the tiny offline model and toy task: about 2 minutes on 2 co
 	rm -rf runs/demo
 	$(PYTHON) fgrpo.py --model tiny --algo dapo --gamma 1 --out runs/demo
 
-bench:  ## ratios against the plain alternatives (bench/run.py): about 15 minutes; BENCH_QUICK=1 for a smoke run
+bench:  ## ratios against the plain alternatives (bench/run.py): about 30 minutes; BENCH_QUICK=1 for a smoke run
 	@# TRL is the bench's peer, not a dependency; requirements.txt as constraints keeps torch and transformers
 	$(PYTHON) -m pip install -q trl==1.16.0 -c requirements.txt
 	$(PYTHON) bench/run.py
