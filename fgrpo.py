@@ -22,6 +22,7 @@ multi-GPU -> rollout -> the training step -> checkpoints -> the loop -> main.
 """
 import argparse
 import atexit
+import contextlib
 import functools
 import importlib.util
 import json
@@ -40,8 +41,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict, set_optimizer_state_dict)
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict)
 from torch.utils.checkpoint import checkpoint
 from tqdm import tqdm
 
@@ -53,9 +54,8 @@ RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1
 warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP on one process: as intended
 
 # ----------------------------------------------------------------------------
-# Arguments. Defaults are the paper's run (App. L, Table 5); `--model tiny` swaps
-# in TINY unless a flag is given: a 2-layer model on 5-token answers wants a far
-# larger lr than a 7B, and small batches keep a step under a second on 2 cores.
+# Arguments. Defaults are the paper's run (App. L, Table 5); `--model tiny` swaps in TINY unless a flag
+# is given: a 2-layer model wants a far larger lr than a 7B, small batches a step under a second on a CPU.
 # ----------------------------------------------------------------------------
 TINY = dict(prompts=32, mini_batch=8, micro_batch=64, lr=3e-4, warmup=0, max_new_tokens=6,
             steps=150, save_every=50, gen_batch=256, out="runs/tiny")
@@ -97,6 +97,8 @@ def build_parser():
     a("--epochs", type=int, default=10, help="passes over the data (sets --steps)")
     a("--steps", type=int, help="rollout steps; default: epochs * len(data) // prompts")
     a("--save-every", type=int, default=50, help="checkpoint every K steps (and at the end)")
+    a("--save-minutes", type=float, default=30, help="also checkpoint after a step ending this long after the last")
+    a("--grace", type=float, default=30, help="seconds from SIGTERM to SIGKILL (torchrun, SLURM, Kubernetes: 30)")
     a("--eval-n", type=int, default=8, help="samples per held-out prompt for pass@k (tiny only)")
     a("--out", default="runs/fgrpo", help="folder for metrics.jsonl and checkpoints")
     a("--resume", action="store_true", help="continue from the latest checkpoint in --out")
@@ -112,9 +114,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     err = parser.error
     args.gamma = PAPER_GAMMA[args.algo] if args.gamma is None else args.gamma
-    lo, hi = PAPER_EPS[args.algo]
-    args.eps_low = lo if args.eps_low is None else args.eps_low
-    args.eps_high = hi if args.eps_high is None else args.eps_high
+    args.eps_low = PAPER_EPS[args.algo][0] if args.eps_low is None else args.eps_low
+    args.eps_high = PAPER_EPS[args.algo][1] if args.eps_high is None else args.eps_high
     if args.gamma < 0:
         err(f"--gamma must be >= 0, got {args.gamma}")
     if args.dual_clip is not None and (args.algo == "cispo" or args.dual_clip <= 1):
@@ -136,6 +137,8 @@ def parse_args(argv=None):
     if args.rollout is None and not importlib.util.find_spec("vllm") and RANK == 0:
         print("warning: vLLM is not installed (make install): sampling with transformers' generate()")
     args.rollout = args.rollout or ("vllm" if importlib.util.find_spec("vllm") else "hf")
+    if args.rollout == "hf" and torch.cuda.is_available():  # generate() under FSDP2 gathers every layer per token
+        err("--rollout hf on GPUs would take hours per step under FSDP2: pip install vllm==0.32.0")
     return args
 
 # ----------------------------------------------------------------------------
@@ -150,9 +153,8 @@ def focal_weight(rewards, gamma):
 def group_advantages(rewards, gamma=0.0, eps=1e-6, correct=None):
     """GRPO's group-relative advantages, scaled by the focal weight: rewards (P, N) -> A^F (P, N).
 
-    gamma = 0 gives plain GRPO. The std is unbiased (Bessel), as in verl; all-equal groups get
-    exactly 0. correct: (P, N) 0/1 for mu_hat where rewards are shaped (--overlong-buffer).
-    """
+    gamma = 0 gives plain GRPO. The std is unbiased (Bessel), as in verl; all-equal groups get exactly 0.
+    correct: (P, N) 0/1 for mu_hat where rewards are shaped (--overlong-buffer)."""
     r = rewards.float()
     # Sec. 2 (GRPO): A_i = (R_i - mean_j R_j) / (std_j R_j + eps)
     adv = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + eps)
@@ -176,15 +178,11 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low=None, eps_high=N
     mask:       (B, T) 1 on response tokens, 0 on prompt and padding
     algo:       "grpo" | "dapo" | "cispo";  eps_low/eps_high: None = the paper's
                 (PAPER_EPS at the top of this file: copy it along with this function)
-    num_tokens: the token-mean denominator; default mask.sum(). Where an optimiser step
-                spans several micro-batches, pass the whole step's response token
-                count, so accumulated gradients equal the full-batch gradient.
-    dual_clip:  c > 1, or None (the paper's formulas, App. B). verl's PPO loss
-                (clip_ratio_c = 3 there) also bounds the objective of a token with
-                A < 0 below by c * A (Ye et al. 2020); GRPO and DAPO only.
-    Returns (loss, stats); stats["clip_frac"] is the fraction of response
-    tokens whose objective was clipped (no gradient).
-    """
+    num_tokens: the token-mean denominator; default mask.sum(). Where an optimiser step spans
+                several micro-batches, pass the whole step's response token count.
+    dual_clip:  c > 1, or None (App. B). verl's PPO loss (clip_ratio_c = 3 there) also bounds
+                the objective of a token with A < 0 below by c * A (Ye et al. 2020); not CISPO.
+    Returns (loss, stats); stats["clip_frac"]: the share of response tokens clipped (no gradient)."""
     if dual_clip is not None and (algo == "cispo" or dual_clip <= 1):
         raise ValueError(f"dual_clip needs algo grpo or dapo and c > 1, got {algo}, {dual_clip}")
     lo, hi = PAPER_EPS[algo]
@@ -236,11 +234,9 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=512,
     """log pi(x_{t+1} | x_{<=t}) at the sampling temperature.
 
     input_ids, attention_mask: (B, T).  Returns (B, T-1), the log-probs of input_ids[:, 1:].
-    mask: optional (B, T-1); only its nonzero positions (the response) then go through the
-    lm_head, and the rest are 0. The lm_head and log-softmax run on `chunk` positions at a
-    time, each recomputed in backward, so at most one chunk of logits is alive. Models that
-    post-process logits (Gemma's soft-capping) would need that added to _chunk_logprobs.
-    """
+    mask: optional (B, T-1); only its nonzero positions (the response) then go through the lm_head,
+    and the rest are 0. The lm_head and log-softmax run on `chunk` positions at a time, recomputed
+    in backward: at most one chunk of logits is alive. (Gemma's logit soft-capping is not applied.)"""
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # as generate() does
     # the decoder's output, from a call through the root module so that FSDP2's hooks gather
     # every weight (the root keeps its own, lm_head included, gathered until backward is done)
@@ -252,16 +248,14 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=512,
     keep = torch.ones_like(input_ids[:, 1:], dtype=torch.bool) if mask is None else mask.bool()
     hidden, targets = hidden[0][:, :-1][keep], input_ids[:, 1:][keep]  # (N, H), (N,)
     head = model.get_output_embeddings()
-    out = [checkpoint(_chunk_logprobs, head, hidden[i:i + chunk], targets[i:i + chunk],
-                      temperature, use_reentrant=False)
-           for i in range(0, len(targets), chunk)]
+    out = [checkpoint(_chunk_logprobs, head, hidden[i:i + chunk], targets[i:i + chunk], temperature,
+                      use_reentrant=False) for i in range(0, len(targets), chunk)]
     return torch.zeros(keep.shape, device=hidden.device).masked_scatter(keep, torch.cat(out))
 
 # ----------------------------------------------------------------------------
-# Rewards: the paper's, verl's math-verify reward (verl/utils/reward_score/math_verify.py),
-# in worker processes. Only strings and floats cross a process boundary (parsed sympy
-# objects do not all survive pickling), and every item has an outer timeout that kills
-# the workers: math-verify's own timeouts (signal.alarm) cannot stop a hang in C code.
+# Rewards: verl's math-verify reward (verl/utils/reward_score/math_verify.py), in worker processes.
+# Only strings and floats cross a process boundary (not all sympy objects survive pickling), and every
+# item has an outer timeout that kills workers: math-verify's signal.alarm cannot stop a hang in C.
 # ----------------------------------------------------------------------------
 _POOL = None
 
@@ -307,10 +301,8 @@ def _score(completion, gold, level):  # runs in a worker; no text is ever eval'd
     try:
         gold_parsed, answer = _parse_gold(gold), parse(completion, (ExprExtractionConfig(), LatexExtractionConfig()))
         assert gold_parsed, "no gold target found"
-        try:
+        with contextlib.suppress(TimeoutException):
             timeout(2)(lambda: [str(x) for x in gold_parsed + answer])()
-        except TimeoutException:
-            pass
         score = float(math_verify(gold_parsed, answer, 6))
     except (Exception, TimeoutException):
         score = 0.0
@@ -361,10 +353,9 @@ def _pool_map(fn, tasks, timeout, default, desc):
 def verify(completions, golds, timeout=20.0):
     """1.0 where verl's math-verify reward finds the completion's answer equal to its gold, else 0.0.
 
-    Exactly verl's compute_score for each (completion, gold) (see _score), once per distinct
-    (gold, answer key) (see _answer_key), or per whole text where a key's matches did not decide.
-    An item that fails or hangs costs about `timeout` seconds and scores 0 (verl: 20 s).
-    """
+    Exactly verl's compute_score for each (completion, gold) (see _score), once per distinct (gold, answer
+    key) (see _answer_key), or per whole text where a key's matches did not decide. An item that fails or
+    hangs costs about `timeout` seconds and scores 0 (verl: 20 s)."""
     chunks = [completions[i:i + 64] for i in range(0, len(completions), 64)]
     found = _pool_map(_answer_keys, [(c,) for c in chunks], timeout, None, "answer keys")
     # a chunk that failed keys its completions by their whole text: (None, text), nothing to check
@@ -421,13 +412,11 @@ TINY_MERGES = [("m", "a"), ("ma", "x"), (")", "="), ("\\", "b"), ("\\b", "o"), (
 def build_tiny(seed, warm_steps=150):
     """A 2-layer Qwen2 model, its tokenizer and the toy task "max(3,9,1,4,7)=" -> "\\boxed{9}".
 
-    Built in code, offline. The "base model" comes from a short supervised warm start on a random
-    digit of each prompt: it learns the format and to copy a digit, so about 1 sample in 5 is
-    correct, and RL must find which digit. Returns (model, tokenizer, 2,000 train, 64 held out).
-    """
+    Built in code, offline. The "base model" comes from a short supervised warm start on a random digit
+    of each prompt: it learns the format and to copy a digit, so about 1 sample in 5 is correct, and RL
+    must find which digit. Returns (model, tokenizer, 2,000 train, 64 held out)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
-    # a byte-level BPE over the task's characters: a real Qwen2Tokenizer, so the saved
-    # folder reloads with AutoTokenizer as any Qwen checkpoint does
+    # a byte-level BPE over the task's characters: a real Qwen2Tokenizer, which AutoTokenizer reloads
     chars = ["<pad>", "<eos>", *"0123456789,(){}=\\maxboed"]
     vocab = {t: i for i, t in enumerate(chars + ["".join(m) for m in TINY_MERGES])}
     tok = Qwen2Tokenizer(vocab=vocab, merges=TINY_MERGES, unk_token="<pad>", eos_token="<eos>",
@@ -484,7 +473,7 @@ def load_policy(args, path):
     """(model, tokenizer, train problems, held-out problems) for --model/--data."""
     if path == "tiny":
         return build_tiny(args.seed)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except OSError as e:  # not a folder here, and the Hub unreachable or without it
@@ -492,7 +481,13 @@ def load_policy(args, path):
                  "a downloaded copy (huggingface-cli download), or --model tiny for the CPU demo")
     if tok.pad_token is None:  # e.g. Llama: padding is masked out anyway
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)  # FSDP2 keeps fp32 masters
+    if RANK:  # shard() broadcasts rank 0's weights: the other ranks read only the shapes and stop tokens
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=torch.float32)
+        with contextlib.suppress(OSError):  # no generation_config.json: from_config's default, as rank 0's
+            model.generation_config = GenerationConfig.from_pretrained(path)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)  # FSDP2 keeps fp32 masters
     if args.model == "tiny":  # resuming the demo: the toy task is rebuilt from the seed
         return (model, tok, *build_tiny(args.seed, warm_steps=0)[2:])
     problems = load_problems(hub_or_local(args.data), args.problem_key, args.answer_key)
@@ -504,18 +499,20 @@ def format_prompt(tok, problem):
                                    add_generation_prompt=True) if tok.chat_template else problem
 
 # ----------------------------------------------------------------------------
-# Multi-GPU: torchrun starts one process per GPU and sets RANK and WORLD_SIZE. Prompts are
-# split by rank; FSDP2 shards the weights, gradients and optimizer state. World size 1
-# (plain `python`) runs the same code on the plain model.
+# Multi-GPU: torchrun starts one process per GPU (RANK, WORLD_SIZE); prompts are split by rank and
+# FSDP2 shards weights, gradients and AdamW state, on one GPU too. One CPU process: the plain model.
 # ----------------------------------------------------------------------------
 def init_distributed():
-    """This rank's device; joins torchrun's process group when there is more than one rank."""
+    """This rank's device. Joins torchrun's process group when there are several ranks, and on a GPU
+    makes a group of one too: one GPU then trains as eight do, FSDP2's bf16 over fp32 masters."""
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    if WORLD > 1 and not dist.is_initialized():
-        dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")  # gloo: CPU-side metrics
+    if (WORLD > 1 or cuda) and not dist.is_initialized():  # gloo: CPU-side metrics; plain python: no rendezvous
+        dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", rank=RANK, world_size=WORLD,
+                                store=None if WORLD > 1 else dist.HashStore())
+        atexit.register(dist.destroy_process_group)
     return device
 
 def all_reduce(values, op="sum"):
@@ -528,18 +525,26 @@ def all_reduce(values, op="sum"):
 barrier = dist.barrier if WORLD > 1 else (lambda: None)  # every rank waits for the others
 
 def shard(model, device):
-    """FSDP2 `fully_shard` on each decoder layer, then on the root. On a GPU: bf16 compute over
-    fp32 master weights, fp32 gradient reduction and optimizer state, activation checkpointing."""
+    """FSDP2 `fully_shard` on each decoder layer, then on the root, and rank 0's weights broadcast into
+    the shards (the other ranks built theirs on the meta device: one copy in host memory, not one per
+    rank). On a GPU: bf16 compute over fp32 masters, fp32 gradients and AdamW, activation checkpointing."""
     if device.type == "cuda":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if WORLD == 1:
+    if not dist.is_initialized():  # one process on a CPU: the plain model
         return model.to(device)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    policy = bf16 if device.type == "cuda" else MixedPrecisionPolicy()  # CPU (gloo): fp32 throughout
+    full = model.state_dict() if RANK == 0 else {}
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+        if device.type == "cuda" else MixedPrecisionPolicy()  # CPU (gloo): fp32 throughout
     for layer in model.get_decoder().layers:
         fully_shard(layer, mp_policy=policy)
-    return fully_shard(model, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    if RANK:  # meta tensors: storage here, values from rank 0
+        model.to_empty(device=device)
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    for b in model.buffers():  # e.g. rotary frequencies: not in the state dict, computed at init on rank 0
+        dist.broadcast(b, 0)
+    return model
 
 # ----------------------------------------------------------------------------
 # Rollout: N samples per prompt, from vLLM (one engine per rank, colocated with
@@ -558,15 +563,13 @@ def rollout(model, tok, engine, prompts, n, args, seed):
         return vllm_rollout(engine, tok, prompts, n, args, seed, stop)
     from transformers import GenerationConfig  # the fallback: transformers' generate()
     cfg = GenerationConfig(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=0,
-                           max_new_tokens=args.max_new_tokens, eos_token_id=stop,
-                           pad_token_id=tok.pad_token_id)
+                           max_new_tokens=args.max_new_tokens, eos_token_id=stop, pad_token_id=tok.pad_token_id)
     rows = [p for p in prompts for _ in range(n)]
     samples, device = [], next(model.parameters()).device
     tok.padding_side = "left"
     torch.manual_seed(seed)
     for i in tqdm(range(0, len(rows), args.gen_batch), desc="rollout", leave=False, disable=RANK or None):
-        enc = tok(rows[i:i + args.gen_batch], return_tensors="pt", padding=True,
-                  add_special_tokens=False).to(device)
+        enc = tok(rows[i:i + args.gen_batch], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         # synced_gpus: under FSDP2 every rank must run as many forwards as the slowest one
         out = model.generate(**enc, generation_config=cfg, synced_gpus=WORLD > 1).tolist()
         width = enc.input_ids.shape[1]
@@ -588,8 +591,7 @@ def start_vllm(args, path, model):
     from vllm import LLM
     cuda, threads = torch.cuda.is_available(), torch.get_num_threads()
     engine = LLM(model=str(path), seed=args.seed, dtype="bfloat16" if cuda else "float32",
-                 max_model_len=min(model.config.max_position_embeddings,
-                                   args.max_prompt_len + args.max_new_tokens),
+                 max_model_len=min(model.config.max_position_embeddings, args.max_prompt_len + args.max_new_tokens),
                  gpu_memory_utilization=args.vllm_mem, enforce_eager=not cuda, enable_sleep_mode=cuda,
                  max_num_seqs=args.prompts // WORLD * args.n,  # this rank's sequences per rollout, as TRL
                  use_tqdm_on_load=args.verbose,
@@ -606,10 +608,9 @@ def sync_weights(engine, model):
     if cuda:  # level 2 dropped vLLM's weights: wake their memory first, the KV cache once they are in
         torch.cuda.empty_cache()
         engine.wake_up(tags=["weights"])
-    def weights():
-        for name, p in model.state_dict().items():
-            yield name, (p.full_tensor() if hasattr(p, "full_tensor") else p).to(torch.bfloat16 if cuda else p.dtype)
-    engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights()})
+    weights = ((name, (p.full_tensor() if hasattr(p, "full_tensor") else p).to(torch.bfloat16 if cuda else p.dtype))
+               for name, p in model.state_dict().items())
+    engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
     if cuda:
         torch.cuda.empty_cache()
         engine.wake_up(tags=["kv_cache"])
@@ -688,9 +689,8 @@ def train_step(model, opt, ids, attn, mask, adv, args):
     return m
 
 # ----------------------------------------------------------------------------
-# Checkpoints: OUT/step_K holds the full HF model (transformers and vLLM load it as it is),
-# trainer_state.pt and the sharded optimizer (torch.distributed.checkpoint); OUT/latest
-# names it. Written, then renamed: a kill leaves the last one intact.
+# Checkpoints: OUT/step_K holds the full HF model (transformers and vLLM load it as it is), trainer_state.pt
+# and the sharded optimizer (torch.distributed.checkpoint); OUT/latest names it. Written, then renamed.
 # ----------------------------------------------------------------------------
 def save_checkpoint(out, model, tok, opt, sched, step, data_pos):
     final, tmp = out / f"step_{step:06d}", out / f"step_{step:06d}.tmp"
@@ -811,16 +811,15 @@ def open_log(out, step, args):
     return path, run
 
 def plot_metrics(out, keys=("reward", "active_frac", "focal_mean", "clip_frac", "resp_len")):
-    """OUT/metrics.png: the run's curves over steps, where matplotlib is installed."""
-    if not importlib.util.find_spec("matplotlib"):
+    """OUT/metrics.png: the run's curves over steps, drawn by rank 0 where matplotlib is installed."""
+    if RANK or not importlib.util.find_spec("matplotlib"):
         return
     import matplotlib.pyplot as plt  # without a display it draws with Agg
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    fig, axes = plt.subplots(1, len(keys), figsize=(3 * len(keys), 2.6))
+    fig, axes = plt.subplots(1, len(keys), figsize=(3 * len(keys), 2.6), layout="tight")
     for ax, key in zip(axes, keys):
         ax.plot([r["step"] for r in rows], [r[key] for r in rows])
         ax.set(title=key, xlabel="step")
-    fig.tight_layout()
     fig.savefig(out / "metrics.png", dpi=100)
     plt.close(fig)
 
@@ -836,11 +835,10 @@ def train(args):
     device = init_distributed()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    ckpt = out / (out / "latest").read_text() if args.resume and (out / "latest").exists() else None
-    if args.resume and ckpt is None:
-        sys.exit(f"error: --resume given but {out}/latest does not exist")
-    if not args.resume and (out / "latest").exists():
-        sys.exit(f"error: {out} already holds a run: pass --resume to continue it, or another --out")
+    if args.resume != (out / "latest").exists():
+        sys.exit(f"error: --resume given but {out}/latest does not exist" if args.resume else
+                 f"error: {out} already holds a run: pass --resume to continue it, or another --out")
+    ckpt = out / (out / "latest").read_text() if args.resume else None
     torch.manual_seed(args.seed)  # the same initialisation on every rank; sampling uses step_seed
     model, tok, problems, held_out = load_policy(args, ckpt or args.model)
     if RANK == 0:
@@ -866,21 +864,23 @@ def train(args):
         data_pos += args.prompts
         return take(problems, data_pos - args.prompts, args.prompts, args.seed)[RANK::WORLD]
 
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    sigterm, saved = [], (time.time(), 0.0)  # when the last save ended and how long it took
+    signal.signal(signal.SIGTERM, lambda *_: sigterm.append(time.time()))
     for step in tqdm(range(step + 1, steps + 1), desc="steps", initial=step, total=steps, disable=RANK or None):
-        lr = sched.get_last_lr()[0]
-        m = {"step": step, **run_step(model, tok, engine, opt, next_problems, args, step), "lr": lr}
+        m = {"step": step, **run_step(model, tok, engine, opt, next_problems, args, step), "lr": sched.get_last_lr()[0]}
         sched.step()
-        stop = all_reduce([len(stopping)])[0] > 0  # every rank saves and stops together
         if RANK == 0:
             log_step(m, log_path, run)
-        if step % args.save_every == 0 or step == steps or stop:
+        # all ranks alike: the grace left since SIGTERM; a save due by time. After SIGTERM, save only if it fits
+        left, fresh = all_reduce([args.grace - time.time() + sigterm[0] if sigterm else math.inf,
+                                  time.time() - saved[0] < 60 * args.save_minutes], "min")
+        if step % args.save_every == 0 or step == steps or not fresh or saved[1] < left < math.inf:
+            t0 = time.time()
             save_checkpoint(out, model, tok, opt, sched, step, data_pos)
-            if RANK == 0:
-                plot_metrics(out)
-        if stop:
-            sys.exit(f"stopped by SIGTERM after step {step}; --resume continues")
+            saved = (time.time(), time.time() - t0)
+            plot_metrics(out)
+        if left < math.inf:
+            sys.exit(f"stopped by SIGTERM after step {step}; --resume continues from the last checkpoint")
     if held_out:
         evaluate(model, tok, engine, held_out, args, "after")
 

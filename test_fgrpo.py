@@ -543,10 +543,33 @@ def _metrics(out):
     return [NOT_TIME(json.loads(line)) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_kill_and_resume_continues_exactly(tmp_path):
+def _sigterm_after_first_step(out, *flags):
+    proc = _run(out, *flags, wait=False)
+    while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    stdout = proc.communicate(timeout=600)[0]
+    assert proc.returncode == 1 and "stopped by SIGTERM after step" in stdout, stdout[-2000:]
+    return (out / "latest").read_text() if (out / "latest").exists() else None
+
+
+def test_kill_and_resume_continues_exactly_and_sigterm_saves_only_what_can_finish(tmp_path):
     K = 2
     flags = ["--steps", str(2 * K), "--save-every", str(K), "--prompts", "8", "--mini-batch", "2"]
     _run(tmp_path / "straight", *flags)
+    # SIGTERM with 30 s of grace and no save measured yet: it saves the step it stopped after
+    stopped = _sigterm_after_first_step(tmp_path / "termed", *flags, "--save-every", "100")
+    assert stopped == f"step_{len(_metrics(tmp_path / 'termed')):06d}"
+    _run(tmp_path / "termed", *flags, "--resume")
+    assert _metrics(tmp_path / "termed") == _metrics(tmp_path / "straight")
+    # no grace left: no save is started, so none is cut short (the checkpoint before stays the latest)
+    assert _sigterm_after_first_step(tmp_path / "no_grace", *flags, "--save-every", "100", "--grace", "0") is None
+    # --save-minutes 0: a checkpoint after every step, by time alone
+    stopped = _sigterm_after_first_step(tmp_path / "by_time", *flags, "--save-every", "100", "--grace", "0",
+                                        "--save-minutes", "0")
+    assert stopped == f"step_{len(_metrics(tmp_path / 'by_time')):06d}"
+    # SIGKILL after the first checkpoint, then --resume
     proc = _run(tmp_path / "killed", *flags, wait=False)
     while not (tmp_path / "killed" / "latest").exists():
         assert proc.poll() is None, proc.stdout.read()
@@ -1047,12 +1070,14 @@ HARNESS = r"""
 import sys, torch
 sys.path.insert(0, sys.argv[1])
 import fgrpo
+if sys.argv[4:] == ["fsdp"]:  # FSDP2 in a group of one, as init_distributed makes on one GPU
+    torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
 device = fgrpo.init_distributed()
-torch.manual_seed(0)
-model = fgrpo.build_tiny(0, warm_steps=20)[0]
-model = fgrpo.shard(model, device)
 args = fgrpo.parse_args(["--model", "tiny", "--rollout", "hf", "--prompts", "8", "--mini-batch", "4",
                          "--micro-batch", "3", "--n", "4", "--lr", "0.5"])
+# loaded as a real run loads a folder: rank 0 reads it, the others build on the meta device
+model = fgrpo.shard(fgrpo.load_policy(args, sys.argv[3])[0], device)
+assert model.generation_config.eos_token_id == 1 and not any(p.is_meta for p in model.parameters())
 g = torch.Generator().manual_seed(1)  # one fixed rollout batch: 8 prompts x 4 samples, ragged lengths
 rand = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=g))
 prompts = [[rand(2, 34) for _ in range(rand(4, 12))] for _ in range(8)]
@@ -1073,23 +1098,29 @@ if fgrpo.RANK == 0:
 """
 
 
-def test_two_ranks_take_the_same_step_as_one(tmp_path):
+def test_two_ranks_and_fsdp_at_one_take_the_same_step_as_one(tmp_path):
+    model, tok = fgrpo.build_tiny(0, warm_steps=20)[:2]
+    model.save_pretrained(tmp_path / "tiny")
+    tok.save_pretrained(tmp_path / "tiny")
     (tmp_path / "harness.py").write_text(HARNESS)
-    one = [sys.executable, str(tmp_path / "harness.py"), str(HERE), str(tmp_path / "one.pt")]
+    run = [str(tmp_path / "harness.py"), str(HERE)]
+    one = [sys.executable, *run, str(tmp_path / "one.pt"), str(tmp_path / "tiny")]
+    fsdp = [sys.executable, *run, str(tmp_path / "fsdp.pt"), str(tmp_path / "tiny"), "fsdp"]
     two = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(tmp_path / "harness.py"), str(HERE), str(tmp_path / "two.pt")]
-    for cmd in (one, two):
+           *run, str(tmp_path / "two.pt"), str(tmp_path / "tiny")]
+    for cmd in (one, fsdp, two):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-3000:]
-    a, b = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
-    init = fgrpo.build_tiny(0, warm_steps=20)[0].state_dict()
-    assert a["weights"].keys() == b["weights"].keys()
+    a = torch.load(tmp_path / "one.pt")
+    init = model.state_dict()
     moved = max(float((a["weights"][k] - init[k]).abs().max()) for k in init)
     assert moved > 1e-2  # two optimiser steps moved the weights...
-    for k in a["weights"]:  # ...and the 2-rank FSDP2 run moved them identically
-        assert torch.allclose(a["weights"][k], b["weights"][k], atol=1e-5, rtol=0), k
-    for k in ("loss", "grad_norm", "clip_frac"):
-        assert b["metrics"][k] == pytest.approx(a["metrics"][k], abs=1e-5), k
+    for b in (torch.load(tmp_path / "fsdp.pt"), torch.load(tmp_path / "two.pt")):
+        assert a["weights"].keys() == b["weights"].keys()
+        for k in a["weights"]:  # ...and FSDP2 at one rank and at two (rank 1 from the meta device) identically
+            assert torch.allclose(a["weights"][k], b["weights"][k], atol=1e-5, rtol=0), k
+        for k in ("loss", "grad_norm", "clip_frac"):
+            assert b["metrics"][k] == pytest.approx(a["metrics"][k], abs=1e-5), k
 
 
 @needs_vllm

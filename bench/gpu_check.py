@@ -8,13 +8,15 @@ about 0.5B parameters) with Qwen's 151,936-token vocabulary, built in code: noth
 downloaded. Each part checks something and measures something:
 1. log-probs: fgrpo.token_logprobs equals log_softmax(logits).gather at the real vocabulary;
    peak memory of forward + backward against that naive version;
-2. training: fgrpo.train_step on a synthetic rollout batch with log-normal completion lengths
+2. training: fgrpo.train_step on a synthetic rollout batch with log-normal completion lengths,
+   on the model as fgrpo.train places it: FSDP2 at world size 1, bf16 compute over fp32 masters
    (the loss is finite, the weights move); training tokens/s, model FLOPs utilisation against
    the GPU's bf16 dense peak, pad_frac;
 3. rollout: with vLLM where it is installed (fgrpo.start_vllm + sync_weights; vLLM's greedy
    completions must equal transformers' greedy ones on the trained weights), else transformers'
    generate() through fgrpo.rollout, saying so; generated tokens/s.
-Peak memory is reported per part. Everything goes to bench/gpu_results.json; the exit status is 1
+Peak memory is reported per part. On a CPU (--device cpu) a gloo group of one stands in for the
+GPU's, so the same FSDP2 path runs; under torchrun (more GPUs) it has not run. Everything goes to bench/gpu_results.json; the exit status is 1
 if any check fails. It needs only torch, transformers and tqdm, at whatever versions the machine
 has; vLLM and math-verify are optional (no reward is computed here).
 """
@@ -31,6 +33,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -65,7 +68,12 @@ def build_model(shape, device, seed=0):
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=151936, max_position_embeddings=8192, pad_token_id=0, eos_token_id=1,
                          bos_token_id=1, **shape)
-    return fgrpo.shard(Qwen2ForCausalLM(config), device)  # fgrpo's own placement (world size 1 here)
+    return fgrpo.shard(Qwen2ForCausalLM(config), device)  # fgrpo's own placement: FSDP2, as train() does
+
+
+def local(p):
+    """This rank's values of a parameter (FSDP2 holds DTensor shards)."""
+    return p.detach().to_local() if hasattr(p, "to_local") else p.detach()
 
 
 def part_logprobs(model, device, batch, seq):
@@ -113,7 +121,7 @@ def part_train(model, device, prompts, max_new, steps):
     ids, attn, mask = (x.to(device) for x in fgrpo.collate(synthetic_batch(prompts, 8, max_new), 0))
     adv = torch.randn(len(ids), generator=torch.Generator().manual_seed(2)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
-    before = [p.detach().clone() for p in model.parameters()]
+    before = [local(p).clone() for p in model.parameters()]
     model.train()
     peak_mb(device, reset=True)
     times, metrics = [], []
@@ -124,7 +132,7 @@ def part_train(model, device, prompts, max_new, steps):
         sync(device)
         times.append(time.perf_counter() - t0)
     model.eval()
-    moved = max((a - b).abs().max().item() for a, b in zip(before, model.parameters()))
+    moved = max((a - local(b)).abs().max().item() for a, b in zip(before, model.parameters()))
     params = sum(p.numel() for p in model.parameters())
     tokens = int(attn.sum())
     t = min(times[1:] or times)  # the first call also pays for allocator and kernel warm-up
@@ -138,7 +146,8 @@ def part_train(model, device, prompts, max_new, steps):
               "tokens_per_s": tokens / t, "mfu_vs_bf16_peak": flops / t / peak if peak else None,
               "gpu": name, "pad_frac": metrics[-1]["pad_frac"], "losses": [m["loss"] for m in metrics],
               "max_weight_change": moved, "peak_mb": peak_mb(device),
-              "dtype": str(next(model.parameters()).dtype)}
+              "master_dtype": str(next(model.parameters()).dtype), "fsdp2_world": fgrpo.WORLD,
+              "fsdp2": torch.distributed.is_initialized()}
     return result, finite and moved > 0
 
 
@@ -147,17 +156,18 @@ def part_rollout(model, device, prompts, n, max_new, tmp):
     tok = fgrpo.build_tiny(0, warm_steps=0)[1]  # a real Qwen2Tokenizer, built offline (ids < 34)
     texts = [f"max({','.join(str(random.Random(i).randrange(10)) for _ in range(5))})=" for i in range(prompts)]
     args = SimpleNamespace(temperature=1.0, top_p=1.0, max_new_tokens=max_new, gen_batch=prompts * n, seed=0,
-                           vllm_mem=0.3, max_prompt_len=64, verbose=False)
+                           vllm_mem=0.3, max_prompt_len=64, verbose=False, prompts=prompts, n=n)
     use_vllm = importlib.util.find_spec("vllm") is not None
     out = {"sampler": "vllm" if use_vllm else "transformers generate() (vLLM is not installed)"}
     ok, engine = True, None
     if use_vllm:
-        model.save_pretrained(tmp)  # vLLM starts from a folder, as fgrpo.train does for the demo
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        model.save_pretrained(tmp, state_dict=full)  # vLLM starts from a folder, as fgrpo.train does for the demo
         tok.save_pretrained(tmp)
         engine = fgrpo.start_vllm(args, tmp, model)
         with torch.no_grad():  # move the weights, so that the sync has something to carry
             for p in model.parameters():
-                p.add_(torch.randn_like(p) * 1e-2)
+                local(p).add_(torch.randn_like(local(p)) * 1e-2)
         fgrpo.sync_weights(engine, model)
         ok = greedy_agrees(model, tok, engine, texts[:4], device)
         out["greedy_equal_after_sync"] = ok
@@ -200,7 +210,9 @@ def main():
     a = p.parse_args()
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("error: no GPU visible; `python bench/gpu_check.py --device cpu --small` runs the same code on a CPU")
-    device = torch.device(a.device)
+    if a.device == "cpu" and not torch.distributed.is_initialized():  # a gloo group of one: FSDP2 as on a GPU
+        torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
+    device = fgrpo.init_distributed() if a.device == "cuda" else torch.device("cpu")  # cuda: a group of one
     sizes = dict(lp=(1, 64), prompts=4, max_new=64, steps=1, r_prompts=4, r_n=2, r_new=16) if a.small else \
         dict(lp=(4, 4096), prompts=16, max_new=2048, steps=3, r_prompts=32, r_n=8, r_new=512)
     model = build_model(SMALL if a.small else QWEN25_05B, device)
