@@ -42,6 +42,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_optimizer_state_dict)
+from torch.distributed.fsdp import FSDPModule
 from torch.utils.checkpoint import checkpoint
 from tqdm import tqdm
 
@@ -508,14 +509,15 @@ def format_prompt(tok, problem):
 # split by rank; FSDP2 shards the weights, gradients and optimizer state. World size 1
 # (plain `python`) runs the same code on the plain model.
 # ----------------------------------------------------------------------------
-def init_distributed():
-    """This rank's device; joins torchrun's process group when there is more than one rank."""
+def init_distributed(timeout=None):
+    """This rank's device; joins torchrun's process group when there is more than one rank. `timeout`:
+    how long a collective waits for the slowest rank (torch's default: 10 or 30 minutes)."""
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     if WORLD > 1 and not dist.is_initialized():
-        dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")  # gloo: CPU-side metrics
+        dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", timeout=timeout)  # gloo: CPU-side
     return device
 
 def all_reduce(values, op="sum"):
@@ -567,8 +569,8 @@ def rollout(model, tok, engine, prompts, n, args, seed):
     for i in tqdm(range(0, len(rows), args.gen_batch), desc="rollout", leave=False, disable=RANK or None):
         enc = tok(rows[i:i + args.gen_batch], return_tensors="pt", padding=True,
                   add_special_tokens=False).to(device)
-        # synced_gpus: under FSDP2 every rank must run as many forwards as the slowest one
-        out = model.generate(**enc, generation_config=cfg, synced_gpus=WORLD > 1).tolist()
+        # synced_gpus: under FSDP2 every rank runs as many forwards as the slowest; eval.py's plain models don't
+        out = model.generate(**enc, generation_config=cfg, synced_gpus=isinstance(model, FSDPModule)).tolist()
         width = enc.input_ids.shape[1]
         for ids, attn, seq in zip(enc.input_ids.tolist(), enc.attention_mask.tolist(), out):
             completion = seq[width:]
