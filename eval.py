@@ -9,9 +9,8 @@ paper's paired subsampling test (Plyusov et al., arXiv 2602.06717, App. L.4, P, 
     python eval.py --compare eval/base eval/a                     # does B beat A? delta pass@k and p
     torchrun --nproc_per_node 8 eval.py --model PATH --out eval/a  # data-parallel, as `python` on 8 GPUs
 
-Samples come from vLLM when it imports, else fgrpo.rollout. On several GPUs (torchrun, or plain python
-re-launching itself under it) each rank runs an engine on its share of the problems and rank 0 merges
-the results, equal to one process's. After a kill, rerun the same command, on any number of GPUs.
+Samples come from vLLM when it imports, else fgrpo.rollout; on several GPUs (torchrun, or plain python
+re-launching itself under it), from an engine per GPU. After a kill, rerun the same command, on any GPUs.
 """
 import argparse
 import csv
@@ -339,7 +338,7 @@ def main(argv=None):
     for name, (_, problems) in benches.items():
         done[name], engine = run_benchmark(Path(args.out) / f"{name}.jsonl", problems, engine, args)
     res = report(args, benches, done) if fgrpo.RANK == 0 else None  # rank 0 alone prints and writes
-    if torch.distributed.is_initialized():
+    if torch.distributed.is_initialized() and not sys.modules.get("vllm"):  # vLLM's exit handler ends it
         torch.distributed.destroy_process_group()
     return res
 
