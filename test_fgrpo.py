@@ -1216,3 +1216,68 @@ def test_readme_commands_use_real_flags(tmp_path):
     assert _doc_command_errors([bad])[1] == [
         "bad.md:2: fgrpo.py has no flag --no-such-flag", "bad.md:3: make no-such-target: no such target in the Makefile",
         "bad.md:4: fgrpo.py has no flag --gama", "bad.md:5: eval.py has no flag --nope"]
+
+
+# ---------------------------------------------------------------- eval.py data-parallel under torchrun
+EVAL_HARNESS = r"""
+import json, os, sys
+sys.path.insert(0, {here!r})
+sys.modules["vllm"] = None  # the transformers engine, even where vLLM is installed
+import torch, fgrpo, eval
+if "LOCAL_RANK" not in os.environ:  # the launcher: as on a node with two GPUs, eval.py re-launches this file
+    torch.cuda.device_count = lambda: 2
+rollout = fgrpo.rollout
+def logged(model, tok, engine, prompts, *a):  # which rank sampled which problem
+    with open("sampled.jsonl", "a") as f:
+        f.write(json.dumps({{"rank": fgrpo.RANK, "prompts": prompts}}) + "\n")
+    return rollout(model, tok, engine, prompts, *a)
+fgrpo.rollout = logged
+eval.main()
+"""
+
+
+def test_eval_on_two_ranks_equals_one_process_and_resumes_any_kill(tiny_eval, tmp_path, monkeypatch):
+    root, problems = tiny_eval
+    (tmp_path / "harness.py").write_text(EVAL_HARNESS.format(here=str(HERE)))
+    full = (root / "full" / "toy.jsonl").read_text()
+    line = {json.loads(x)["idx"]: x for x in full.splitlines(keepends=True)}
+
+    def two_ranks(out):  # `python eval.py ...` on two "GPUs": torchrun and two CPU ranks with gloo
+        cmd = [sys.executable, str(tmp_path / "harness.py"), "--model", str(root / "tiny"),
+               "--data", str(root / "toy.jsonl"), *TINY_EVAL, "--out", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        sampled = [json.loads(x) for x in (tmp_path / "sampled.jsonl").read_text().splitlines()]
+        (tmp_path / "sampled.jsonl").unlink()
+        texts = [p["problem"] for p in problems]  # the tiny tokenizer has no chat template: prompt = problem
+        by_rank = {r: [texts.index(p) for s in sampled if s["rank"] == r for p in s["prompts"]] for r in (0, 1)}
+        return proc.stdout, by_rank
+
+    def same_as_one_process(out):
+        assert sorted(p.name for p in out.iterdir()) == ["results.json", "toy.jsonl"]  # shards merged, gone
+        assert (out / "toy.jsonl").read_text() == full  # byte for byte, in index order
+        assert json.loads((out / "results.json").read_text()) == \
+            json.loads((root / "full" / "results.json").read_text())
+
+    printed, by_rank = two_ranks(tmp_path / "two")
+    assert by_rank == {0: [0, 2, 4], 1: [1, 3, 5]}  # every problem once, split by rank
+    same_as_one_process(tmp_path / "two")
+    assert printed.count("pass@1/pass@8") == 1  # rank 0 alone reports
+
+    # a 3-rank run killed: rank 1 cut mid-line in problem 4, rank 2 done with problem 2; problem 5 was
+    # merged into toy.jsonl, its shard line not yet deleted; problems 1 and 3 never written
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / "toy.jsonl").write_text(line[5])
+    (killed / "toy.rank0.jsonl").write_text(line[0])
+    (killed / "toy.rank1.jsonl").write_text(line[5] + line[4][:len(line[4]) // 2])
+    (killed / "toy.rank2.jsonl").write_text(line[2])
+    once = tmp_path / "once"
+    shutil.copytree(killed, once)
+    _, by_rank = two_ranks(killed)
+    assert by_rank == {0: [1, 4], 1: [3]}  # only the missing problems, split over that list
+    same_as_one_process(killed)
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # and the same folder resumed by one process
+    _eval(root, once)
+    same_as_one_process(once)
