@@ -15,8 +15,10 @@ downloaded. Each part checks something and measures something:
 3. rollout: with vLLM where it is installed (fgrpo.start_vllm + sync_weights; vLLM's greedy
    completions must equal transformers' greedy ones on the trained weights), else transformers'
    generate() through fgrpo.rollout, saying so; generated tokens/s.
-Peak memory is reported per part. On a CPU (--device cpu) a gloo group of one stands in for the
-GPU's, so the same FSDP2 path runs; under torchrun (more GPUs) it has not run. Everything goes to bench/gpu_results.json; the exit status is 1
+Peak memory is reported per part. On a node with more GPUs it re-launches itself under torchrun
+(fgrpo.relaunched), so FSDP2 trains at that world size and every rank runs its own vLLM engine;
+rank 0 reports. On a CPU (--device cpu) a gloo group of one stands in for the GPU's, so the same
+FSDP2 path runs (`torchrun --nproc_per_node 2 bench/gpu_check.py --device cpu --small`: two). Everything goes to bench/gpu_results.json; the exit status is 1
 if any check fails. It needs only torch, transformers and tqdm, at whatever versions the machine
 has; vLLM and math-verify are optional (no reward is computed here).
 """
@@ -116,7 +118,7 @@ def synthetic_batch(prompts, n, max_new, seed=0):
 
 def part_train(model, device, prompts, max_new, steps):
     """fgrpo.train_step (4 optimiser steps per call, as in the paper) on a fixed synthetic batch."""
-    args = SimpleNamespace(mini_batch=max(1, prompts // 4), n=8, micro_batch=4, temperature=1.0, algo="dapo",
+    args = SimpleNamespace(mini_batch=max(fgrpo.WORLD, prompts // 4), n=8, micro_batch=4, temperature=1.0, algo="dapo",
                            eps_low=0.2, eps_high=0.28, dual_clip=None, grad_clip=1.0)
     ids, attn, mask = (x.to(device) for x in fgrpo.collate(synthetic_batch(prompts, 8, max_new), 0))
     adv = torch.randn(len(ids), generator=torch.Generator().manual_seed(2)).to(device)
@@ -161,9 +163,16 @@ def part_rollout(model, device, prompts, n, max_new, tmp):
     out = {"sampler": "vllm" if use_vllm else "transformers generate() (vLLM is not installed)"}
     ok, engine = True, None
     if use_vllm:
+        # vLLM starts from a folder, as fgrpo.train does for the demo: rank 0 writes it, every rank reads it
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        model.save_pretrained(tmp, state_dict=full)  # vLLM starts from a folder, as fgrpo.train does for the demo
-        tok.save_pretrained(tmp)
+        if fgrpo.RANK == 0:
+            model.save_pretrained(tmp, state_dict=full)
+            tok.save_pretrained(tmp)
+        if fgrpo.WORLD > 1:
+            box = [tmp]
+            torch.distributed.broadcast_object_list(box, 0)
+            tmp = box[0]
+            torch.distributed.barrier()
         engine = fgrpo.start_vllm(args, tmp, model)
         with torch.no_grad():  # move the weights, so that the sync has something to carry
             for p in model.parameters():
@@ -194,7 +203,7 @@ def greedy_agrees(model, tok, engine, texts, device):
     with torch.no_grad():
         for i in ids:
             seq = model.generate(torch.tensor([i], device=device), do_sample=False, max_new_tokens=16,
-                                 eos_token_id=1, pad_token_id=0)[0, len(i):].tolist()
+                                 eos_token_id=1, pad_token_id=0, synced_gpus=fgrpo.WORLD > 1)[0, len(i):].tolist()
             ours.append(seq[:seq.index(1) + 1] if 1 in seq else seq)
     # bf16 vLLM against an fp32 trainer on a GPU may part ways after a near-tie: compare the first tokens
     k = 16 if device.type == "cpu" else 4
@@ -210,9 +219,11 @@ def main():
     a = p.parse_args()
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("error: no GPU visible; `python bench/gpu_check.py --device cpu --small` runs the same code on a CPU")
-    if a.device == "cpu" and not torch.distributed.is_initialized():  # a gloo group of one: FSDP2 as on a GPU
+    if a.device == "cuda" and fgrpo.relaunched():  # more than one GPU: this script again, a rank per GPU
+        return 0
+    if a.device == "cpu" and fgrpo.WORLD == 1:  # a gloo group of one: FSDP2 as on one GPU
         torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
-    device = fgrpo.init_distributed() if a.device == "cuda" else torch.device("cpu")  # cuda: a group of one
+    device = fgrpo.init_distributed() if a.device == "cuda" or fgrpo.WORLD > 1 else torch.device("cpu")
     sizes = dict(lp=(1, 64), prompts=4, max_new=64, steps=1, r_prompts=4, r_n=2, r_new=16) if a.small else \
         dict(lp=(4, 4096), prompts=16, max_new=2048, steps=3, r_prompts=32, r_n=8, r_new=512)
     model = build_model(SMALL if a.small else QWEN25_05B, device)
@@ -222,16 +233,20 @@ def main():
                       ("train", lambda: part_train(model, device, sizes["prompts"], sizes["max_new"], sizes["steps"])),
                       ("rollout", lambda: part_rollout(model, device, sizes["r_prompts"], sizes["r_n"],
                                                        sizes["r_new"], tempfile.mkdtemp()))]:
-        print(f"[{name}]", flush=True)
+        if fgrpo.RANK == 0:
+            print(f"[{name}]", flush=True)
         try:
             results[name], checks[name] = run()
         except Exception as e:  # a failed part is reported; the others still run
             results[name], checks[name] = {"error": f"{type(e).__name__}: {e}"}, False
         shown = {k: v for k, v in results[name].items() if not isinstance(v, (list, dict))}
-        print(f"  {'ok' if checks[name] else 'FAILED'}: {shown}", flush=True)
+        if fgrpo.RANK == 0 or not checks[name]:  # a failure on any rank is shown
+            print(f"  {'ok' if checks[name] else f'FAILED on rank {fgrpo.RANK}'}: {shown}", flush=True)
     results["checks"] = checks
-    Path(a.out).write_text(json.dumps(results, indent=1, default=str))
-    print(f"written to {a.out}")
+    results["world"] = fgrpo.WORLD  # each rank ran every part on the same data; rank 0's figures
+    if fgrpo.RANK == 0:
+        Path(a.out).write_text(json.dumps(results, indent=1, default=str))
+        print(f"written to {a.out}")
     return 0 if all(checks.values()) else 1
 
 
