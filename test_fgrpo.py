@@ -503,6 +503,15 @@ def test_bad_flags_are_argparse_errors(argv, message, capsys):
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_rollout_hf_is_refused_on_gpus_and_group_size_is_n(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # generate() under FSDP2 on GPUs: refused
+    with pytest.raises(SystemExit) as e:
+        fgrpo.parse_args(["--model", "tiny", "--rollout", "hf"])
+    assert e.value.code == 2 and "pip install vllm" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert fgrpo.parse_args(["--model", "tiny", "--rollout", "hf", "--group-size", "4"]).n == 4  # torchrun's spelling
+
+
 def test_paper_defaults_per_algo():
     a = fgrpo.parse_args(["--algo", "cispo", "--data", "x.jsonl"])
     assert (a.gamma, a.eps_low, a.eps_high, a.lr, a.prompts, a.n, a.mini_batch) == (1.0, 1.0, 5.0, 1e-6, 256, 8, 64)
