@@ -73,6 +73,7 @@ def parse_args(argv=None):
     a("--prior", type=float, nargs=3, default=[0.55, 0.15, 0.10],
       help="warm-start mass of digits 0, 1, 2; digits 3-9 share the rest equally")
     a("--warm-steps", type=int, default=150, help="supervised warm-start steps of the base model")
+    a("--rare-digits", default="789", help="the digits rare answers are drawn from (all rare under --prior)")
     a("--train-problems", type=int, default=2000)
     a("--heldout", type=int, default=96, help="held-out problems, a third of each kind")
     a("--rare-below", type=float, default=0.1, help="M_ret counts correct answers with pi_0(a) below this")
@@ -98,14 +99,14 @@ def parse_args(argv=None):
 
 
 # ---------------------------------------------------------------- the task
-def make_problems(count, rng):
+def make_problems(count, rng, rare_digits):
     """[{problem, answer, kind}]: a digit list as the prompt, an answer set as "0, 4, 7"."""
     kinds = rng.choices(list(KINDS), list(KINDS.values()), k=count) if count > 3 * 32 else \
         [list(KINDS)[i % 3] for i in range(count)]  # held out: a third of each kind
     out = []
     for kind in kinds:
         digits = rng.sample(range(10), 5)
-        rare = rng.sample(DIGITS[3:], 2)
+        rare = rng.sample(rare_digits, min(2, len(rare_digits)))
         answers = {"common": ["0"], "multi": ["0", *sorted(rare)], "rare": rare[:1]}[kind]
         out.append({"problem": f"({','.join(map(str, digits))})=", "answer": ", ".join(answers), "kind": kind})
     return out
@@ -231,7 +232,7 @@ def arm_record(rows, probs, res, args):
 
 def run_seed(seed, heldout, data, args):
     """The base model of this seed, then every arm of every algo on a copy of it."""
-    train_set = make_problems(args.train_problems, random.Random(seed))
+    train_set = make_problems(args.train_problems, random.Random(seed), args.rare_digits)
     base, tok = build_base(seed, args.prior, args.warm_steps, train_set)
     p0 = answer_probs(base, tok, heldout)
     work = args.work / f"seed{seed}"
@@ -385,7 +386,7 @@ def main(argv=None):
     sys.modules["vllm"] = None  # eval.py's transformers engine: no vLLM start per arm for a tiny model
     fgrpo.verify = answer_set_verify  # training (fgrpo.sample_and_score) and eval.py call it by module name
     t0 = time.time()
-    heldout = make_problems(args.heldout, random.Random(10_000))
+    heldout = make_problems(args.heldout, random.Random(10_000), args.rare_digits)
     args.heldout_problems, args.heldout_kinds = heldout, [p["kind"] for p in heldout]
     args.work.mkdir(parents=True, exist_ok=True)
     data = args.work / "heldout.jsonl"
