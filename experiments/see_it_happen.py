@@ -65,8 +65,9 @@ def parse_args(argv=None):
     a = p.add_argument
     a("--algos", nargs="+", default=["dapo", "grpo", "cispo"], choices=sorted(fgrpo.PAPER_EPS))
     a("--seeds", type=int, default=3, help="seeds 0..S-1: base model, data order and sampling")
-    a("--steps", type=int, default=60, help="rollout steps of every arm")
-    a("--lr", type=float, default=3e-4, help="AdamW lr of the gamma-0 and F arms (--model tiny's)")
+    a("--steps", type=int, default=30, help="rollout steps of every arm")
+    a("--lr", type=float, default=3e-5, help="AdamW lr of the gamma-0 and F arms; --model tiny's 3e-4 "
+      "collapses every arm onto the common answer within 8 steps, 1e-4 within 30")
     a("--n", type=int, default=8, help="group size N")
     a("--prompts", type=int, default=32, help="prompts per rollout batch")
     a("--mini-batch", type=int, default=8, help="prompts per optimiser step (--model tiny's)")
@@ -380,11 +381,21 @@ def passk_of(rec, k, kind, kinds):
 
 def main(argv=None):
     args = parse_args(argv)
+    kept = torch.get_num_threads(), fgrpo.verify, sys.modules.get("vllm", main)
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TQDM_DISABLE", "1")
     importlib.import_module("transformers.utils.logging").disable_progress_bar()  # per-arm save/load bars
     sys.modules["vllm"] = None  # eval.py's transformers engine: no vLLM start per arm for a tiny model
     fgrpo.verify = answer_set_verify  # training (fgrpo.sample_and_score) and eval.py call it by module name
+    try:
+        return run(args)
+    finally:  # in-process callers (the test) get fgrpo and vLLM back as they were
+        torch.set_num_threads(kept[0])
+        fgrpo.verify = kept[1]
+        sys.modules.pop("vllm") if kept[2] is main else sys.modules.update(vllm=kept[2])
+
+
+def run(args):
     t0 = time.time()
     heldout = make_problems(args.heldout, random.Random(10_000), args.rare_digits)
     args.heldout_problems, args.heldout_kinds = heldout, [p["kind"] for p in heldout]
