@@ -282,6 +282,19 @@ def rare_passk(arm, kinds, k):
     return statistics.fmean(pk)
 
 
+def above_frontier(seed, arm, algo, correct):
+    """M_ret of `arm` minus the gamma-0 run's M_ret at the same correct mass (its trajectory from step 0,
+    linear between measurements): > 0 means more rare mass kept than plain sharpening to that point."""
+    p0 = torch.tensor(seed["p0"])
+    pts = [(float((p0 * correct).sum(-1).mean()), 1.0)] + \
+        [(c["correct_mass"], c["m_ret"]) for c in seed["arms"][f"{algo}_g0"]["curve"]]
+    mass, m_ret = arm["curve"][-1]["correct_mass"], arm["curve"][-1]["m_ret"]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if min(x0, x1) <= mass <= max(x0, x1) and x0 != x1:
+            return m_ret - (y0 + (y1 - y0) * (mass - x0) / (x1 - x0))
+    return None  # beyond the gamma-0 run's range
+
+
 def summarise(seeds, heldout, args):
     """Per arm (and the base model), mean and sd over seeds; per comparison, delta and p per seed."""
     kinds, n, m = [p["kind"] for p in heldout], str(args.eval_n), args.compare_m
@@ -298,6 +311,10 @@ def summarise(seeds, heldout, args):
                        f"pass@{n}": mean_sd([r["pass@k"][n] for r in recs]),
                        f"rare pass@{n}": mean_sd([rare_passk(r, kinds, int(n)) for r in recs]),
                        "correct_mass": mean_sd([x[0] for x in ret]), "m_ret": mean_sd([x[1] for x in ret])}
+        if name != "base" and not name.endswith("_g0"):
+            gains = [above_frontier(s, r, r["algo"], correct) for s, r in zip(seeds, recs)]
+            table[name]["m_ret_above_g0"] = mean_sd([g for g in gains if g is not None]) if any(
+                g is not None for g in gains) else None
     tests = {}
     for key in seeds[0]["compare"]:
         cs = [s["compare"][key] for s in seeds]
@@ -310,15 +327,15 @@ def summarise(seeds, heldout, args):
 
 def markdown(summary, args, wall):
     n, m = args.eval_n, args.compare_m
-    f = lambda v: f"{v[0]:.3f} ± {v[1]:.3f}"  # noqa: E731
-    cols = ["pass@1", f"pass@{n}", f"rare pass@{n}", "correct_mass", "m_ret"]
+    f = lambda v: "-" if v is None else f"{v[0]:.3f} ± {v[1]:.3f}"  # noqa: E731
+    cols = ["pass@1", f"pass@{n}", f"rare pass@{n}", "correct_mass", "m_ret", "m_ret_above_g0"]
     lines = [f"### See it happen: {args.steps} steps, N = {args.n}, {args.prompts} prompts/step, "
              f"{args.seeds} seeds (mean ± sd), {args.heldout} held-out problems, eval n = {n}",
              "", "| arm | gamma | lr | focal_mean | " + " | ".join(cols) + " |", "|---" * (4 + len(cols)) + "|"]
     for name, r in summary["arms"].items():
         lr = "-" if r["lr"] is None else f"{r['lr']:.2e}"
         gamma = "-" if r["gamma"] is None else f"{r['gamma']:g}"
-        lines.append(f"| {name} | {gamma} | {lr} | {r['focal_mean'][0]:.3f} | " + " | ".join(f(r[c]) for c in cols) + " |")
+        lines.append(f"| {name} | {gamma} | {lr} | {r['focal_mean'][0]:.3f} | " + " | ".join(f(r.get(c)) for c in cols) + " |")
     lines += ["", f"eval.py --compare (B minus A; m = {m}; p per seed):", "",
               f"| A vs B | delta pass@1 | p | delta pass@{m} | p |", "|---|---|---|---|---|"]
     for key, t in summary["tests"].items():
@@ -326,7 +343,8 @@ def markdown(summary, args, wall):
         lines.append(f"| {key.replace('_vs_', ' vs ')} | {f(t['delta pass@1'])} | {ps(1)} | "
                      f"{f(t[f'delta pass@{m}'])} | {ps(m)} |")
     lines += ["", f"rare pass@{n}: over the held-out problems whose one answer is rare under the base model. "
-              f"M_ret: SPEC Sec. 7 over correct answers with pi_0 < {args.rare_below}. Wall time {wall:.0f} s."]
+              f"M_ret: SPEC Sec. 7 over correct answers with pi_0 < {args.rare_below}. m_ret_above_g0: M_ret minus the "
+              f"gamma-0 run's M_ret at the same correct mass (its trajectory). Wall time {wall:.0f} s."]
     return "\n".join(lines) + "\n"
 
 
@@ -355,19 +373,24 @@ def plot(seeds, args, path_passk, path_mass):
     fig.tight_layout()
     fig.savefig(path_passk, dpi=110)
     plt.close(fig)
-    fig, axes = plt.subplots(2, len(args.algos), figsize=(4 * len(args.algos), 6.4), squeeze=False)
+    fig, axes = plt.subplots(3, len(args.algos), figsize=(4 * len(args.algos), 9.6), squeeze=False)
+    mass0 = [float((torch.tensor(s["p0"]) * correct_mask(args.heldout_problems)).sum(-1).mean()) for s in seeds]
     for col, algo in enumerate(args.algos):
-        for row, key in enumerate(["correct_mass", "m_ret"]):
-            ax = axes[row][col]
-            for v, (label, color) in variants.items():
-                curves = [[(0, 1.0 if key == "m_ret" else float((torch.tensor(s["p0"]) * correct_mask(args.heldout_problems)).sum(-1).mean()))]
-                          + [(c["step"], c[key]) for c in s["arms"][f"{algo}_{v}"]["curve"]] for s in seeds]
-                steps = [x for x, _ in curves[0]]
-                ys = [[y for _, y in c] for c in curves]
-                ax.plot(steps, [statistics.fmean(col_) for col_ in zip(*ys)], "-", color=color, label=label)
-                ax.fill_between(steps, [min(c) for c in zip(*ys)], [max(c) for c in zip(*ys)], color=color, alpha=0.15)
-            ax.set(title=f"{algo}: {'correct mass' if key == 'correct_mass' else 'M_ret (rare correct answers)'}",
-                   xlabel="step")
+        for v, (label, color) in variants.items():
+            curves = [[(0, m0, 1.0)] + [(c["step"], c["correct_mass"], c["m_ret"]) for c in s["arms"][f"{algo}_{v}"]["curve"]]
+                      for s, m0 in zip(seeds, mass0)]
+            steps = [x[0] for x in curves[0]]
+            for row in (0, 1):  # over steps: mean over seeds, the band from the lowest seed to the highest
+                ys = [[x[row + 1] for x in c] for c in curves]
+                axes[row][col].plot(steps, [statistics.fmean(y) for y in zip(*ys)], "-", color=color, label=label)
+                axes[row][col].fill_between(steps, [min(y) for y in zip(*ys)], [max(y) for y in zip(*ys)],
+                                            color=color, alpha=0.15)
+            for i, c in enumerate(curves):  # the trade-off itself, one line per seed
+                axes[2][col].plot([x[1] for x in c], [x[2] for x in c], ".-", color=color, alpha=0.7,
+                                  label=label if i == 0 else None)
+        axes[0][col].set(title=f"{algo}: correct mass", xlabel="step")
+        axes[1][col].set(title=f"{algo}: M_ret (rare correct answers)", xlabel="step")
+        axes[2][col].set(title=f"{algo}: M_ret against correct mass", xlabel="correct mass", ylabel="M_ret")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path_mass, dpi=110)
