@@ -6,19 +6,22 @@ rises; the focal weight g = (1 - X/N)^gamma keeps more of that coverage. Here it
 policy whose whole answer space can be enumerated.
 
     python experiments/see_it_happen.py              # the grid: 3 algos x (gamma 0, paper's gamma,
-                                                     # gamma 0 at lr x focal_mean) x 3 seeds, ~60 min
-    python experiments/see_it_happen.py --quick      # DAPO only, 1 seed, a few steps: ~2 minutes
+                                                     # gamma 0 at lr x focal_mean) x 3 seeds, ~17 min
+    python experiments/see_it_happen.py --quick      # DAPO only, 1 seed, 8 steps: under a minute
+    python experiments/see_it_happen.py --seeds 1 --algos cispo --n 16 --prompts 16 --mini-batch 4
 
 Task (built in code, offline): fgrpo.build_tiny's 2-layer Qwen2 and byte-level BPE tokenizer, warm
 started (supervised, --warm-steps) to answer "\\boxed{d}" with a skewed prior over the ten digits
-(--prior): digit 0 is the "heuristic" the base model samples most, digits 3-9 each about 3%. Each
+(--prior): digit 0 is the "heuristic" the base model samples most, digits 3-9 a few % each. Each
 problem is a list of digits "(d1,...,d5)=" with an answer SET that the prompt does not reveal:
   common: {0}                   the heuristic solves it (high success rate: F down-weights it)
   multi:  {0, r1, r2}           a common and two rare correct answers coexist (M_ret watches r1, r2)
   rare:   {r}                   one rare correct answer: solved only by sampling it
-(r, r1, r2 drawn from digits 3-9). The answer space is the ten completions "\\boxed{d}<eos>", so the
-policy's probability of every answer is computed exactly with fgrpo.token_logprobs (teacher forcing;
-the canonical tokenisation, hence a lower bound whose ten values sum to at most 1).
+(r, r1, r2 drawn from --rare-digits, 7-9). As the policy cannot tell the kinds apart, "always 0" is
+the best pass@1 policy, and keeping 7-9 is what pass@k at large k needs: the paper's trade-off in
+ten actions, behind a real transformer whose parameters all problems share. The answer space is
+enumerated (answer_completions: "\\boxed{d}" then <eos>, and the stutter "\\boxed\\boxed{d}" a
+trained policy picks up), so every answer's probability is exact, by fgrpo.token_logprobs.
 
 Training is fgrpo.train itself (its optimiser, scheduler, run_step, checkpoints) on `--model tiny`'s
 settings, with two documented patches of fgrpo's module attributes: load_policy returns this task's
@@ -149,13 +152,31 @@ def answer_ids(tok, digit):
 
 
 # ---------------------------------------------------------------- exact measurement (App. J's quantities)
+def answer_completions(tok, digit, max_new=fgrpo.TINY["max_new_tokens"]):
+    """The completions, as sampled under --max-new-tokens, whose answer is `digit`: "\\boxed{d}", and the
+    stutter "\\boxed\\boxed{d}" (a trained policy samples it), each then <eos>, and the longest repeat cut
+    at the length cap without <eos>. Disjoint token sequences, so their probabilities add."""
+    seqs = []
+    for r in range(1, max_new):
+        ids = tok("\\boxed" * r + f"{{{digit}}}", add_special_tokens=False).input_ids
+        if len(ids) > max_new:
+            break
+        seqs.append(ids + [tok.eos_token_id] if len(ids) < max_new else ids)
+    return seqs
+
+
 @torch.no_grad()
 def answer_probs(model, tok, problems):
-    """(P, 10): pi("\\boxed{d}<eos>" | prompt) for every digit d, by teacher forcing."""
-    pairs = [(prompt_ids(tok, p), answer_ids(tok, d)) for p in problems for d in DIGITS]
+    """(P, 10): pi(a completion of answer_completions(d) | prompt) for every digit d, exactly, by teacher
+    forcing. Completions outside that list (another tokenisation, text before the box) are not counted:
+    a row sums to at most 1, and 1 - its sum is reported as the unlisted mass."""
+    seqs = [answer_completions(tok, d) for d in DIGITS]
+    pairs = [(prompt_ids(tok, p), s) for p in problems for ss in seqs for s in ss]
     ids, attn, mask = fgrpo.collate(pairs, tok.pad_token_id)
-    logp = fgrpo.token_logprobs(model, ids, attn, mask=mask)
-    return (logp * mask).sum(-1).exp().view(len(problems), len(DIGITS))
+    probs = (fgrpo.token_logprobs(model, ids, attn, mask=mask) * mask).sum(-1).exp()
+    digit = torch.tensor([d for d, ss in enumerate(seqs) for _ in ss] * len(problems))
+    problem = torch.arange(len(problems)).repeat_interleave(sum(map(len, seqs)))
+    return torch.zeros(len(problems), len(DIGITS)).index_put_((problem, digit), probs, accumulate=True)
 
 
 def correct_mask(problems):
@@ -310,7 +331,8 @@ def summarise(seeds, heldout, args):
                        "pass@1": mean_sd([r["pass@k"]["1"] for r in recs]),
                        f"pass@{n}": mean_sd([r["pass@k"][n] for r in recs]),
                        f"rare pass@{n}": mean_sd([rare_passk(r, kinds, int(n)) for r in recs]),
-                       "correct_mass": mean_sd([x[0] for x in ret]), "m_ret": mean_sd([x[1] for x in ret])}
+                       "correct_mass": mean_sd([x[0] for x in ret]), "m_ret": mean_sd([x[1] for x in ret]),
+                       "listed_mass": mean_sd([statistics.fmean(map(sum, r["probs"])) for r in recs])}
         if name != "base" and not name.endswith("_g0"):
             gains = [above_frontier(s, r, r["algo"], correct) for s, r in zip(seeds, recs)]
             table[name]["m_ret_above_g0"] = mean_sd([g for g in gains if g is not None]) if any(
@@ -328,7 +350,7 @@ def summarise(seeds, heldout, args):
 def markdown(summary, args, wall):
     n, m = args.eval_n, args.compare_m
     f = lambda v: "-" if v is None else f"{v[0]:.3f} ± {v[1]:.3f}"  # noqa: E731
-    cols = ["pass@1", f"pass@{n}", f"rare pass@{n}", "correct_mass", "m_ret", "m_ret_above_g0"]
+    cols = ["pass@1", f"pass@{n}", f"rare pass@{n}", "listed_mass", "correct_mass", "m_ret", "m_ret_above_g0"]
     lines = [f"### See it happen: {args.steps} steps, N = {args.n}, {args.prompts} prompts/step, "
              f"{args.seeds} seeds (mean ± sd), {args.heldout} held-out problems, eval n = {n}",
              "", "| arm | gamma | lr | focal_mean | " + " | ".join(cols) + " |", "|---" * (4 + len(cols)) + "|"]
@@ -343,7 +365,8 @@ def markdown(summary, args, wall):
         lines.append(f"| {key.replace('_vs_', ' vs ')} | {f(t['delta pass@1'])} | {ps(1)} | "
                      f"{f(t[f'delta pass@{m}'])} | {ps(m)} |")
     lines += ["", f"rare pass@{n}: over the held-out problems whose one answer is rare under the base model. "
-              f"M_ret: SPEC Sec. 7 over correct answers with pi_0 < {args.rare_below}. m_ret_above_g0: M_ret minus the "
+              f"listed_mass: the exact probability of the enumerated completions (answer_completions), of which "
+              f"correct_mass is the correct part. M_ret: SPEC Sec. 7 over correct answers with pi_0 < {args.rare_below}. m_ret_above_g0: M_ret minus the "
               f"gamma-0 run's M_ret at the same correct mass (its trajectory). Wall time {wall:.0f} s."]
     return "\n".join(lines) + "\n"
 
