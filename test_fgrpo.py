@@ -1288,3 +1288,54 @@ def test_eval_on_two_ranks_equals_one_process_and_resumes_any_kill(tiny_eval, tm
     monkeypatch.setitem(sys.modules, "vllm", None)  # and the same folder resumed by one process
     _eval(root, once)
     same_as_one_process(once)
+
+
+# ---------------------------------------------------------------- experiments/see_it_happen.py
+def test_see_it_happen_quick_figures_match_an_independent_recomputation(tmp_path):
+    # --quick: DAPO at gamma 0, 0.5 and gamma 0 at lr x focal_mean, one seed, through fgrpo.train and
+    # eval.py. Every figure it writes is recomputed here from the saved counts and probabilities.
+    spec = importlib.util.spec_from_file_location("see_it_happen", HERE / "experiments" / "see_it_happen.py")
+    see = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(see)
+    assert see.answer_set_verify(["\\boxed{7}", "\\boxed{3}\\boxed{0}", "7", "\\boxed{ 7 }"], ["0, 7"] * 4) == \
+        [1.0, 1.0, 0.0, 1.0]  # the last box counts, exact match after strip, no box scores 0
+    verify = fgrpo.verify
+    res = see.main(["--quick", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")])
+    assert fgrpo.verify is verify and sys.modules.get("vllm", "absent") is not None  # put back as they were
+    saved = json.loads((tmp_path / "out" / "see_it_happen_quick.json").read_text())
+    assert (tmp_path / "out" / "see_it_happen_quick.md").read_text().count("\n| dapo_") == 5  # 3 arms, 2 tests
+    if importlib.util.find_spec("matplotlib"):
+        assert all((tmp_path / "out" / f"see_it_happen_quick_{p}.png").stat().st_size > 10_000 for p in ("passk", "mass"))
+    assert saved["summary"] == json.loads(json.dumps(res["summary"]))
+    heldout, seed, cfg = saved["heldout"], saved["seeds"][0], saved["config"]
+    n = cfg["eval_n"]
+    answers = [set(p["answer"].split(", ")) for p in heldout]
+    p0 = seed["p0"]
+    for name, arm in [("base", seed["base"]), *seed["arms"].items()]:
+        assert arm["samples"] == [n] * len(heldout)
+        for k in (1, 2, 4, 8, 16):  # pass@k by math.comb from the saved counts (Chen et al.)
+            want = sum(1 - math.comb(n - c, k) / math.comb(n, k) for c in arm["correct"]) / len(heldout)
+            assert abs(arm["pass@k"][str(k)] - want) < 1e-9, (name, k)
+        probs = arm["probs"]
+        assert all(0 <= x and sum(row) <= 1 + 1e-5 for row in probs for x in row)
+        # correct mass and M_ret (SPEC Sec. 7, over correct answers rare under pi_0) by plain loops
+        mass = sum(sum(row[d] for d in range(10) if str(d) in a) for row, a in zip(probs, answers)) / len(heldout)
+        pairs = [(i, d) for i, a in enumerate(answers) for d in range(10) if str(d) in a and p0[i][d] < cfg["rare_below"]]
+        m_ret = 1 - sum(max(0.0, p0[i][d] - probs[i][d]) for i, d in pairs) / sum(p0[i][d] for i, d in pairs)
+        row = saved["summary"]["arms"][name]
+        assert abs(row["correct_mass"][0] - mass) < 1e-6 and abs(row["m_ret"][0] - m_ret) < 1e-6, name
+        assert abs(row["pass@1"][0] - sum(arm["correct"]) / (n * len(heldout))) < 1e-9
+        assert abs(row["pass@1"][0] - mass) < 0.1  # the exact mass is what sampling sees (sd here ~0.025)
+        if name != "base":  # the last in-run measurement saw the same weights as the saved checkpoint
+            last = arm["curve"][-1]
+            assert last["step"] == cfg["steps"] and abs(last["correct_mass"] - mass) < 1e-4
+            assert abs(last["m_ret"] - m_ret) < 1e-4
+    assert sum(seed["base"]["correct"]) > 0 and any(p["kind"] == "rare" for p in heldout)
+    arms = seed["arms"]
+    assert all(c["focal_mean"] == 1.0 for a in ("dapo_g0", "dapo_g0_lrscaled") for c in arms[a]["curve"])
+    assert 0 < arms["dapo_F"]["focal_mean"] < 1 and arms["dapo_F"]["gamma"] == fgrpo.PAPER_GAMMA["dapo"]
+    assert abs(arms["dapo_g0_lrscaled"]["lr"] - cfg["lr"] * arms["dapo_F"]["focal_mean"]) < 1e-15
+    for (a, b), test in zip([("dapo_g0", "dapo_F"), ("dapo_g0_lrscaled", "dapo_F")], seed["compare"].values()):
+        assert test["k"][0] == 1 and all(0 < p <= 1 for p in test["p"])
+        want = (sum(arms[b]["correct"]) - sum(arms[a]["correct"])) / (n * len(heldout))
+        assert abs(test["delta"][0] - want) < 1e-9  # B minus A at k = 1
