@@ -67,7 +67,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     a = p.add_argument
-    a("--algos", nargs="+", default=["dapo", "grpo", "cispo"], choices=sorted(fgrpo.PAPER_EPS))
+    a("--algos", nargs="+", default=["dapo", "grpo", "cispo"], choices=sorted(fgrpo.PAPER_EPS), help="base algorithms")
     a("--seeds", type=int, default=3, help="seeds 0..S-1: base model, data order and sampling")
     a("--steps", type=int, default=30, help="rollout steps of every arm")
     a("--lr", type=float, default=3e-5, help="AdamW lr of the gamma-0 and F arms; --model tiny's 3e-4 "
@@ -79,7 +79,7 @@ def parse_args(argv=None):
       help="warm-start mass of digits 0, 1, 2; digits 3-9 share the rest equally")
     a("--warm-steps", type=int, default=150, help="supervised warm-start steps of the base model")
     a("--rare-digits", default="789", help="the digits rare answers are drawn from (all rare under --prior)")
-    a("--train-problems", type=int, default=2000)
+    a("--train-problems", type=int, default=2000, help="training problems, kinds drawn with the KINDS shares")
     a("--heldout", type=int, default=96, help="held-out problems, a third of each kind")
     a("--rare-below", type=float, default=0.1, help="M_ret counts correct answers with pi_0(a) below this")
     a("--measure-every", type=int, default=5, help="exact answer probabilities every K steps")
