@@ -18,7 +18,8 @@ downloaded. Each part checks something and measures something:
 Peak memory is reported per part. On a node with more GPUs it re-launches itself under torchrun
 (fgrpo.relaunched), so FSDP2 trains at that world size and every rank runs its own vLLM engine;
 rank 0 reports. On a CPU (--device cpu) a gloo group of one stands in for the GPU's, so the same
-FSDP2 path runs (`torchrun --nproc_per_node 2 bench/gpu_check.py --device cpu --small`: two). Everything goes to bench/gpu_results.json; the exit status is 1
+FSDP2 path runs (`torchrun --nproc_per_node 2 bench/gpu_check.py --device cpu --small`: two).
+Everything goes to bench/gpu_results.json; the exit status is 1
 if any check fails. It needs only torch, transformers and tqdm, at whatever versions the machine
 has; vLLM and math-verify are optional (no reward is computed here).
 """
