@@ -332,10 +332,7 @@ def main(argv=None):
     benches, engine, done = load_benchmarks(args), None, {}
     for name, (_, problems) in benches.items():
         done[name], engine = run_benchmark(Path(args.out) / f"{name}.jsonl", problems, engine, args)
-    res = report(args, benches, done) if fgrpo.RANK == 0 else None  # rank 0 alone prints and writes
-    if torch.distributed.is_initialized() and not sys.modules.get("vllm"):  # vLLM's exit handler ends it
-        torch.distributed.destroy_process_group()
-    return res
+    return report(args, benches, done) if fgrpo.RANK == 0 else None  # rank 0 alone prints and writes
 
 
 if __name__ == "__main__":

@@ -498,8 +498,8 @@ def init_distributed(timeout=None):
     if (WORLD > 1 or cuda) and not dist.is_initialized():  # gloo: CPU-side metrics; plain python: no rendezvous
         dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", rank=RANK, world_size=WORLD,
                                 store=None if WORLD > 1 else dist.HashStore(), timeout=timeout)
-        # at exit, unless vLLM is loaded: its own exit handler destroys the group, and twice is an error
-        atexit.register(lambda: dist.is_initialized() and "vllm" not in sys.modules and dist.destroy_process_group())
+        # at exit, unless vLLM was imported: its own exit handler destroys the group, and twice is an error
+        atexit.register(lambda: dist.is_initialized() and not sys.modules.get("vllm") and dist.destroy_process_group())
     return device
 
 def relaunched():
