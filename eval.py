@@ -62,7 +62,8 @@ def build_parser():
     a("--chunk", type=int, default=32, help="problems sampled and verified between writes to DIR (32)")
     a("--rescore", action="store_true", help="verify the saved completions again; sample nothing")
     a("--plot", help="PNG file for the pass@k curves (needs matplotlib)")
-    a("--compare", nargs=2, metavar=("DIR_A", "DIR_B"), help="test whether B beats A on the same problems")
+    a("--compare", nargs=2, metavar=("DIR_A", "DIR_B"), help="test whether B beats A on the same problems; "
+      "with --out, also written to OUT/compare.json")
     a("--m", type=int, default=256, help="--compare: samples per problem in a subsample (256, App. Q)")
     a("--iters", type=int, default=50_000, help="--compare: subsampling iterations (50,000, App. Q)")
     a("--alpha", type=float, default=0.05, help="--compare: two-sided level, p below it starred (0.05)")
@@ -316,6 +317,10 @@ def compare(dir_a, dir_b, args):
     cells = {x: [f"{d:+.1%} ({p:.3f}){'*' * (p < args.alpha)}" for d, p in zip(r["delta"], r["p"])]
              for x, r in res.items()}
     _md([["benchmark", *(f"k={k}" for k in ks)], *([x, *c] for x, c in cells.items())])
+    if args.out:  # results: {benchmark or average: {"k", "delta" (B minus A), "p"}}
+        saved = {"a": dir_a, "b": dir_b, "m": args.m, "iters": args.iters, "seed": args.seed, "results": res}
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "compare.json").write_text(json.dumps(saved, indent=1))
     return res
 
 def main(argv=None):
