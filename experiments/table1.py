@@ -221,7 +221,8 @@ def run_stages(args, seed):
 
 
 def compare_stage(args, seed, algo):
-    base, focal = (args.work / run / f"seed{seed}" / "eval" for run in PAIRS[algo])
+    base = args.work / PAIRS[algo][0] / f"seed{seed}" / "eval"
+    focal = args.work / PAIRS[algo][1] / f"seed{seed}" / "eval"
     out = args.work / "compare" / algo / f"seed{seed}"
     cmd = ["python", script("eval.py"), "--compare", str(base), str(focal),
            "--m", str(compare_m(args)), *args.compare_flags, "--out", str(out)]
@@ -388,13 +389,16 @@ def record(stage, args, cmd, seconds):
 # ---------------------------------------------------------------- the table
 def collect(work):
     """{run: {seed: results.json}} and {algo: {seed: compare.json's results}} found under WORK."""
-    evals, compares = {}, {}
+    evals = {}
+    compares = {}
     for path in sorted(work.glob("*/seed*/eval/results.json")):
-        run, seed = path.parts[-4], int(path.parts[-3][len("seed"):])
+        run = path.parts[-4]
+        seed = int(path.parts[-3][len("seed"):])
         if run in RUNS:
             evals.setdefault(run, {})[seed] = json.loads(path.read_text())
     for path in sorted(work.glob("compare/*/seed*/compare.json")):
-        algo, seed = path.parts[-3], int(path.parts[-2][len("seed"):])
+        algo = path.parts[-3]
+        seed = int(path.parts[-2][len("seed"):])
         if algo in PAIRS:
             compares.setdefault(algo, {})[seed] = json.loads(path.read_text())["results"]
     return evals, compares
@@ -511,7 +515,8 @@ def markdown(table):
               f"| pair | benchmark | Δ pass@1 | p | Δ pass@{top} | p | paper Δ math avg, 1 / 256 |",
               "|---" * 7 + "|"]
     for pair in table["pairs"].values():
-        base, focal = (RUNS[r].label for r in pair["runs"])
+        base = RUNS[pair["runs"][0]].label
+        focal = RUNS[pair["runs"][1]].label
         for i, x in enumerate(cols):
             c = pair["columns"][x]
             paper = pair.get("paper_math_avg") if x == "math_avg" else None
