@@ -13,7 +13,7 @@ the base algorithm.
 
     python fgrpo.py --model tiny --algo dapo --gamma 1     # CPU demo, 1-2 minutes
     python fgrpo.py --algo dapo --gamma 1                  # the paper's run, on every GPU of the node
-    torchrun --nnodes 2 --nproc_per_node 8 --rdzv_endpoint HOST:29500 fgrpo.py --algo dapo
+    torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HOST:29500 fgrpo.py
     python fgrpo.py --model tiny --out runs/tiny --resume  # continue a killed run
 
 Reading order is running order: arguments -> the math (focal weight,
