@@ -13,8 +13,9 @@ Every stage is a subprocess through fgrpo.py's and eval.py's command lines, one 
 each printed before it starts. Killed and run again with the same flags, the campaign skips the
 finished stages (WORK/stages/ records each stage's command and whether it finished), continues a
 training from its last checkpoint (fgrpo.py --resume) and an evaluation where it stopped (eval.py
-resumes by itself). A finished stage whose command would now differ is refused: another --work.
-SIGTERM is passed on to the running stage, so fgrpo.py saves when its --grace allows.
+resumes by itself). A training or evaluation started with another command is refused: its
+folder holds that run. SIGTERM is passed on to the running stage (fgrpo.py saves when its --grace
+allows), and the campaign stops.
 
 With --model tiny, fgrpo.build_tiny(seed)'s base model is saved as an HF folder with its task's
 2,000 training and 64 held-out problems, which stand in for the benchmarks (eval.py --data).
@@ -121,7 +122,8 @@ def selected_runs(parser, only, skip):
             parser.error(f"{flag}: unknown run '{unknown[0]}'; runs: {', '.join(RUNS)}")
         if names and flag == "--only":
             chosen = [x for x in chosen if x in names]
-        chosen = [x for x in chosen if x not in names] if flag == "--skip" else chosen
+        if flag == "--skip":
+            chosen = [x for x in chosen if x not in names]
     return chosen
 
 
@@ -156,7 +158,7 @@ def peek(words, names, cast, default):
 class Stage(NamedTuple):
     name: str  # also its file in WORK/stages/
     kind: str  # tiny | train | eval | compare
-    run: str  # the run it belongs to (compare: the pair's F-run)
+    run: str  # the run it belongs to (compare: the pair's F-run; tiny: "tiny", for all runs)
     seed: int
     cmd: list  # "python" is this interpreter; "<latest>" the checkpoint that training left
     out: Path  # the folder it fills
@@ -200,7 +202,7 @@ def run_stages(args, seed):
     stages = []
     if args.model == "tiny":
         folder = work / "tiny" / f"seed{seed}"
-        stages.append(Stage(f"tiny/seed{seed}", "tiny", "base", seed, [], folder))
+        stages.append(Stage(f"tiny/seed{seed}", "tiny", "tiny", seed, [], folder))
     for run, spec in RUNS.items():
         folder = work / run / f"seed{seed}"
         model = base_model(args, seed)
@@ -310,10 +312,10 @@ def resolved(stage):
 
 def status(stage, args):
     """done | resume | run | skip (not selected) | wait (compare: an evaluation is missing)."""
+    if stage.kind == "tiny":  # every run starts from it
+        return "done" if stage.out.exists() else "run"
     if stage.run not in args.selected:
         return "skip"
-    if stage.kind == "tiny":
-        return "done" if stage.out.exists() else "run"
     if stage.kind == "compare":  # after both evaluations; "wait": one is neither there nor selected
         results = [d / "results.json" for d in stage.inputs]
         if not all(r.exists() for r in results):
@@ -323,7 +325,7 @@ def status(stage, args):
     if stage.kind == "compare":  # done: with the same command, since both evaluations last changed
         saved = stage.out / "compare.json"
         fresh = saved.exists() and all(saved.stat().st_mtime >= r.stat().st_mtime for r in results)
-        return "done" if fresh and state.get("cmd") == stage.cmd else "run"
+        return "done" if fresh and state.get("cmd", [])[2:] == stage.cmd[2:] else "run"
     if state.get("done"):
         return "done"
     started = (stage.out / "latest").exists() if stage.kind == "train" else \
@@ -346,7 +348,7 @@ def save_tiny_base(stage):
     tmp.rename(stage.out)  # whole, or not at all
 
 
-def run_stage(stage, args, children):
+def run_stage(stage, args, running):
     """Run one stage unless it is done; record its command, and that it finished when it exits 0."""
     state = status(stage, args)
     inputs_missing = not all((d / "results.json").exists() for d in stage.inputs)
@@ -363,10 +365,9 @@ def run_stage(stage, args, children):
         record(stage, args, cmd, None)
         cmd = cmd + ["--resume"] if state == "resume" and stage.kind == "train" else cmd
         print(f"[{state}] {stage.name}: {shlex.join(cmd)}", flush=True)
-        proc = subprocess.Popen([sys.executable, *cmd[1:]])
-        children.append(proc)
-        code = proc.wait()
-        children.remove(proc)
+        running.append(subprocess.Popen([sys.executable, *cmd[1:]]))
+        code = running[-1].wait()
+        running.pop()
         if code:
             sys.exit(f"error: {stage.name} stopped (exit code {code}); run the same command again "
                      "to continue from it")
@@ -379,7 +380,8 @@ def record(stage, args, cmd, seconds):
     training or evaluation started with another command is refused: its folder holds that run."""
     path = marker(stage, args)
     recorded = json.loads(path.read_text())["cmd"] if path.exists() else cmd
-    if recorded != cmd and stage.kind != "compare":  # a compare is redone, it is cheap
+    # the interpreter and the script's path (relative to where this runs) may differ, not the rest
+    if recorded[2:] != cmd[2:] and stage.kind != "compare":  # a compare is redone, it is cheap
         sys.exit(f"error: {stage.name} was started as `{shlex.join(recorded)}`; it would now run "
                  f"`{shlex.join(cmd)}`: pass another --work, or delete {stage.out} and {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -464,17 +466,26 @@ def pair_rows(rows, compares, columns, ks):
         seeds = sorted(set(rows[base]["seeds"]) & set(rows[focal]["seeds"]))
         out = {"runs": [base, focal], "seeds": seeds, "columns": {}}
         for x in columns:
-            delta = {str(k): [rows[focal]["seeds"][s][x][str(k)] - rows[base]["seeds"][s][x][str(k)]
-                              for s in seeds] for k in ks}
-            tests = [compares.get(algo, {}).get(s, {}).get(x) for s in seeds]
-            p = {str(k): [t["p"][t["k"].index(k)] if t else None for t in tests] for k in ks}
-            out["columns"][x] = {"delta": delta, "mean": {k: interval(v) for k, v in delta.items()},
-                                 "p": p}
+            paired = [(s, rows[base]["seeds"][s].get(x), rows[focal]["seeds"][s].get(x))
+                      for s in seeds]
+            paired = [triple for triple in paired if triple[1] and triple[2]]
+            if paired:
+                out["columns"][x] = pair_column(paired, compares.get(algo, {}), x, ks)
         if base in PAPER:
             out["paper_math_avg"] = {k: (PAPER[focal][i] - PAPER[base][i]) / 100
                                      for i, k in enumerate(("1", str(PAPER_K)))}
         pairs[algo] = out
     return pairs
+
+
+def pair_column(paired, compares, x, ks):
+    """One benchmark or average x of a pair: [(seed, base run's figures, F-run's figures)] ->
+    the differences per seed, their mean and interval, and --compare's p per seed (or None)."""
+    delta = {str(k): [focal[str(k)] - base[str(k)] for _, base, focal in paired] for k in ks}
+    tests = [compares.get(seed, {}).get(x) for seed, _, _ in paired]
+    p = {str(k): [t["p"][t["k"].index(k)] if t else None for t in tests] for k in ks}
+    mean = {k: interval(v) for k, v in delta.items()}
+    return {"seeds": [seed for seed, _, _ in paired], "delta": delta, "mean": mean, "p": p}
 
 
 def percent(value):
@@ -492,39 +503,58 @@ def p_values(ps):
 
 def markdown(table):
     """Table 1's layout: runs by benchmarks (pass@1 / pass@K), then F-run minus base run."""
-    cols, top, seeds = table["columns"], str(table["k"][-1]), table["seeds"]
-    names = [x.replace("_", " ") for x in cols]
     model = table["model"]
     model = "tiny (fgrpo.build_tiny, offline)" if model == "tiny" else model
+    seeds = ", ".join(map(str, table["seeds"]))
+    top = table["k"][-1]
     lines = [f"# Table 1: {model}", "",
              f"pass@1 / pass@{top} (%) of each run's last checkpoint (eval.py, n samples a "
-             f"problem), mean over seeds {', '.join(map(str, seeds))}. {table['note']}", "",
-             f"| run | {' | '.join(names)} | paper math avg (Qwen2.5-7B, pass@1 / pass@256) |",
-             "|---" * (len(cols) + 2) + "|"]
+             f"problem), mean over seeds {seeds}." + (f" {table['note']}" if table["note"] else ""),
+             "",
+             *run_lines(table), "", "## F-run minus base run", "",
+             "Δ: the F-run minus its base run at the same seed, in points (mean ± 95% t-interval "
+             "over seeds where there are several). p: eval.py --compare's paired subsampling test "
+             "(App. Q), one per seed. It resamples one checkpoint's samples, so it speaks of "
+             "sampling noise, not of a method across training seeds.", "",
+             *pair_lines(table)]
+    return "\n".join(lines) + "\n"
+
+
+def run_lines(table):
+    """A row per run: pass@1 / pass@K per column, and the paper's math average."""
+    columns = table["columns"]
+    top = str(table["k"][-1])
+    names = " | ".join(x.replace("_", " ") for x in columns)
+    lines = [f"| run | {names} | paper math avg (Qwen2.5-7B, pass@1 / pass@256) |",
+             "|---" * (len(columns) + 2) + "|"]
     for row in table["runs"].values():
         cells = [f"{percent(row['mean'][x]['1'])} / {percent(row['mean'][x][top])}"
-                 if x in row["mean"] else "-" for x in cols]
+                 if x in row["mean"] else "-" for x in columns]
         paper = row["paper_math_avg"]
         cells.append(f"{percent(paper['1'])} / {percent(paper[str(PAPER_K)])}" if paper else "-")
         lines.append(f"| {row['label']} | {' | '.join(cells)} |")
-    lines += ["", "## F-run minus base run", "",
-              "Δ: the F-run minus its base run at the same seed, in points (mean ± 95% t-interval "
-              "over seeds where there are several). p: eval.py --compare's paired subsampling test "
-              "(App. Q), one per seed. It resamples one checkpoint's samples, so it speaks of "
-              "sampling noise, not of a method across training seeds.", "",
-              f"| pair | benchmark | Δ pass@1 | p | Δ pass@{top} | p | paper Δ math avg, 1 / 256 |",
-              "|---" * 7 + "|"]
+    return lines
+
+
+def pair_lines(table):
+    """A row per pair and column: the difference and p at k = 1 and K, the paper's difference."""
+    top = str(table["k"][-1])
+    lines = [f"| pair | benchmark | Δ pass@1 | p | Δ pass@{top} | p | paper Δ math avg, 1 / 256 |",
+             "|---" * 7 + "|"]
     for pair in table["pairs"].values():
-        base = RUNS[pair["runs"][0]].label
-        focal = RUNS[pair["runs"][1]].label
-        for i, x in enumerate(cols):
-            c = pair["columns"][x]
+        title = f"{RUNS[pair['runs'][1]].label} − {RUNS[pair['runs'][0]].label}"
+        for x in (x for x in table["columns"] if x in pair["columns"]):
+            column = pair["columns"][x]
             paper = pair.get("paper_math_avg") if x == "math_avg" else None
-            cells = [f"{focal} − {base}" if i == 0 else "", names[i], signed(c["mean"]["1"]),
-                     p_values(c["p"]["1"]), signed(c["mean"][top]), p_values(c["p"][top]),
+            cells = [title, x.replace("_", " "), signed(column["mean"]["1"]),
+                     p_values(column["p"]["1"]), signed(column["mean"][top]),
+                     p_values(column["p"][top]),
                      f"{100 * paper['1']:+.1f} / {100 * paper[str(PAPER_K)]:+.1f}" if paper else ""]
             lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+            title = ""
+    if not table["pairs"]:
+        lines.append("| no pair has both runs evaluated yet | | | | | | |")
+    return lines
 
 
 def plot_pairs(evals, work):
@@ -602,11 +632,19 @@ def main(argv=None):
     settings = {k: getattr(args, k) for k in ("model", "seeds", "train_flags", "eval_flags",
                                                "compare_flags")}
     (args.work / "campaign.json").write_text(json.dumps(settings, indent=1))  # for the table
-    children = []  # the running stage: SIGTERM goes on to it (fgrpo.py saves within --grace)
-    signal.signal(signal.SIGTERM, lambda *_: [c.send_signal(signal.SIGTERM) for c in children])
+    running = []  # the running stage's process
+    signal.signal(signal.SIGTERM, lambda *_: stop(running))
     for stage in stages:
-        run_stage(stage, args, children)
+        run_stage(stage, args, running)
     return build_table(args)
+
+
+def stop(running):
+    """SIGTERM: passed on to the running stage, whose exit then ends the campaign (fgrpo.py saves
+    within its --grace); between stages, or while the tiny base is saved, the campaign ends now."""
+    if not running:
+        sys.exit("stopped by SIGTERM; run the same command again to continue")
+    running[-1].send_signal(signal.SIGTERM)
 
 
 if __name__ == "__main__":
