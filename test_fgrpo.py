@@ -1347,7 +1347,7 @@ TABLE1 = importlib.util.module_from_spec(_table1_spec)
 _table1_spec.loader.exec_module(TABLE1)
 
 
-def test_table1_commands_estimate_and_bad_flags(capsys):
+def test_table1_commands_estimate_and_bad_flags(tmp_path, capsys):
     argv = ["--only", "dapo,f-dapo", "--train-flags", "--epochs 1 --prompts 128",
             "--eval-flags", "--n 64"]
     args = TABLE1.parse_args(argv)
@@ -1373,6 +1373,16 @@ def test_table1_commands_estimate_and_bad_flags(capsys):
     samples = (500 + 30 + 30 + 40 + 272 + 675) * 64
     assert cost.gpu_hours == pytest.approx((samples * 1000 / 4300 / 3600,
                                             samples * 3000 / 2800 / 3600))
+    tiny = TABLE1.parse_args(["--model", "tiny", "--only", "dapo", "--train-flags", "--steps 3",
+                              "--work", str(tmp_path)])
+    tiny.tiny_settings = fgrpo.TINY
+    stages = TABLE1.run_stages(tiny, 0)
+    assert stages[0].name == "tiny/seed0" and TABLE1.status(stages[0], tiny) == "run"  # for all
+    cmd = next(s.cmd for s in stages if s.name == "dapo/seed0/train")
+    # fgrpo.TINY's settings, the campaign's 40 steps, then the user's 3 (argparse keeps the last)
+    assert cmd[cmd.index("--lr") + 1] == str(fgrpo.TINY["lr"]) and "--rollout" in cmd
+    assert [cmd[i + 1] for i, w in enumerate(cmd) if w == "--steps"] == ["40", "3"]
+    assert cmd[cmd.index("--model") + 1] == str(tmp_path / "tiny" / "seed0" / "model")
     for argv, message in [(["--only", "dapo,nope"], "--only: unknown run 'nope'"),
                           (["--train-flags", "--out x"], "--train-flags: --out is set by"),
                           (["--eval-flags=--seed=3"], "--eval-flags: --seed is set by table1.py"),
@@ -1426,8 +1436,9 @@ def test_table1_from_hand_made_folders_two_seeds(tmp_path, capsys):
 
 def test_table1_tiny_campaign_resumes_after_kills_and_its_table_is_eval_pys(tmp_path):
     # The tiny pipeline, smaller: the base model and DAPO / F-DAPO, 6 steps, n = 16. Killed with
-    # SIGKILL (script and running stage) in DAPO's training, then in its evaluation, then run to
-    # the end: nothing finished is redone, and the table holds eval.py's figures.
+    # SIGKILL (script and running stage) in DAPO's training, stopped by a SIGTERM to the script in
+    # DAPO's evaluation, then run to the end: nothing finished is redone, and the table holds
+    # eval.py's figures.
     work = tmp_path / "work"
     cmd = [sys.executable, str(HERE / "experiments" / "table1.py"), "--model", "tiny",
            "--work", str(work), "--only", "base,dapo,f-dapo",
@@ -1436,22 +1447,26 @@ def test_table1_tiny_campaign_resumes_after_kills_and_its_table_is_eval_pys(tmp_
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # a thread a process: 2 shared cores, no spinning
     dapo = work / "dapo" / "seed0"
 
-    def killed_when(ready, log):
+    def stopped_when(ready, log, kill):
         with open(log, "w") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
             while not ready():
                 assert proc.poll() is None, Path(log).read_text()[-3000:]
                 time.sleep(0.05)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        return Path(log).read_text()
+            kill(proc)
+            proc.wait(timeout=600)
+        return proc.returncode, Path(log).read_text()
 
-    killed_when(lambda: (dapo / "train" / "latest").exists(), tmp_path / "1.log")
+    stopped_when(lambda: (dapo / "train" / "latest").exists(), tmp_path / "1.log",
+                 lambda proc: os.killpg(proc.pid, signal.SIGKILL))
     assert (dapo / "train" / "latest").read_text() != "step_000006"  # killed in training
     base_eval = work / "base" / "seed0" / "eval" / "results.json"
     untouched = [base_eval.stat().st_mtime_ns, (work / "tiny" / "seed0").stat().st_mtime_ns]
-    second = killed_when(lambda: (dapo / "eval" / "heldout.jsonl").exists(), tmp_path / "2.log")
+    # SIGTERM to the script alone: it passes it on to eval.py, waits for it, and stops
+    code, second = stopped_when(lambda: (dapo / "eval" / "heldout.jsonl").exists(),
+                                tmp_path / "2.log", lambda proc: proc.send_signal(signal.SIGTERM))
+    assert code == 1 and "error: dapo/seed0/eval stopped (exit code -15)" in second, second[-2000:]
     assert "[done] tiny/seed0\n" in second and "[done] base/seed0/eval\n" in second
     assert re.search(r"\[resume\] dapo/seed0/train: python .*fgrpo\.py .* --resume\n", second)
     assert not (dapo / "eval" / "results.json").exists()  # killed in the evaluation
@@ -1545,19 +1560,17 @@ def test_multi_node_command_takes_the_same_steps_as_one_process(tmp_path):
              "--mini-batch", "4", "--micro-batch", "3", "--group-size", "4", "--lr", "0.1",
              "--warmup", "0", "--max-new-tokens", "6", "--steps", "3", "--save-every", "2"]
     run = ["harness.py", str(HERE), *flags]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, *run, "--out", "one"], capture_output=True, text=True,
-                         cwd=tmp_path, env=env, timeout=1200)
-    assert one.returncode == 0, one.stderr[-3000:]
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
     node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
             "--rdzv_backend", "c10d", "--rdzv_endpoint", f"localhost:{port}", *run, "--out", "two"]
-    nodes = [subprocess.Popen(node, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              cwd=tmp_path, env=env) for _ in range(2)]
-    logs = [p.communicate(timeout=1200)[0] for p in nodes]
-    assert [p.returncode for p in nodes] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    one = [sys.executable, *run, "--out", "one"]  # the reference, at the same time
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              cwd=tmp_path, env=env) for cmd in (node, node, one)]
+    logs = [p.communicate(timeout=1200)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(log[-3000:] for log in logs)
     state = torch.load(tmp_path / "two" / "step_000003" / "trainer_state.pt")
     assert state["world"] == 2 and state["step"] == 3  # one run over both nodes, to the end
     same = ("reward", "active_frac", "focal_mean", "resp_len", "trunc_frac")
