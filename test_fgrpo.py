@@ -28,6 +28,9 @@ _spec.loader.exec_module(CATEGORICAL)
 
 HERE = Path(__file__).resolve().parent
 NOT_TIME = lambda m: {k: v for k, v in m.items() if not k.startswith("t_")}  # noqa: E731
+# The fast part of the suite, FGRPO_FAST=1 (`make mutation` runs it on every planted bug), skips the
+# tests that start subprocesses, vLLM engines or torchrun.
+slow = pytest.mark.skipif(os.environ.get("FGRPO_FAST") == "1", reason="FGRPO_FAST=1: in-process only")
 
 
 # ---------------------------------------------------------------- advantages and focal weights
@@ -315,6 +318,274 @@ def test_length_sorted_micro_batches_give_the_rollout_order_gradient(monkeypatch
     assert sorted_m["pad_frac"] == pytest.approx(1 - sum(lengths) / positions)
 
 
+# ------------------------------------------------------------ the wiring, against hand computation
+# Each test here runs fgrpo's own code that connects the tested parts (run_step, train_step, the
+# loop, rollout) and checks its output against values written out independently. Each one was
+# seen to fail on a planted bug: `make mutation` (bench/mutation.py) plants them one by one.
+@pytest.fixture(scope="session")
+def tiny_saved(tmp_path_factory):
+    """The tiny demo's warm-started model and tokenizer as an HF folder, its 2,000 training
+    problems and 64 held-out ones as JSONL: built once for every test that needs them."""
+    root = tmp_path_factory.mktemp("tiny")
+    model, tok, problems, held_out = fgrpo.build_tiny(0)
+    model.save_pretrained(root / "model")
+    tok.save_pretrained(root / "model")
+    for name, rows in (("train", problems), ("held_out", held_out)):
+        (root / f"{name}.jsonl").write_text("".join(json.dumps(p) + "\n" for p in rows))
+    return root
+
+
+def _tiny_tok():
+    return fgrpo.build_tiny(0, warm_steps=0)[1]
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.5])
+def test_run_step_hands_the_update_hand_computed_focal_advantages(monkeypatch, gamma):
+    # --overlong-buffer 2 (max 6 new tokens): the advantages come from the shaped rewards, the
+    # focal weight from correctness alone (SPEC Sec. 3 and 4)
+    args = fgrpo.parse_args(["--model", "tiny", "--rollout", "hf", "--gamma", str(gamma),
+                             "--overlong-buffer", "2", "--prompts", "3", "--n", "4",
+                             "--mini-batch", "1"])
+    correct = [[1, 1, 1, 0], [0, 1, 0, 0], [1, 1, 1, 1]]
+    lengths = [[3, 5, 6, 4], [2, 2, 2, 6], [1, 4, 6, 2]]
+    truncated = [[False, False, True, False], [False] * 4, [False, False, False, True]]
+    samples = [([7, 8, 9 + p], [2 + p] * lengths[p][i], truncated[p][i])
+               for p in range(3) for i in range(4)]
+    handed = {}
+
+    def fake_collect(model, tok, engine, next_problems, args, step):
+        return samples, torch.tensor(correct, dtype=torch.float), {"tries": 1}
+
+    def fake_train_step(model, opt, ids, attn, mask, adv, args):
+        handed.update(ids=ids, attn=attn, mask=mask, adv=adv)
+        return {"loss": 0.0}
+    monkeypatch.setattr(fgrpo, "collect_batch", fake_collect)
+    monkeypatch.setattr(fgrpo, "train_step", fake_train_step)
+    tok = _tiny_tok()
+    model = _random_qwen(vocab=50)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    m = fgrpo.run_step(model, tok, None, opt, None, args, step=1)
+
+    expected = []
+    for c, n in zip(correct, lengths):  # DAPO's penalty: 0 up to 4 tokens, -1/2 per token after
+        shaped = [ci - min(1.0, max(0.0, (ni - 4) / 2)) for ci, ni in zip(c, n)]
+        mean = sum(shaped) / 4
+        std = math.sqrt(sum((x - mean) ** 2 for x in shaped) / 3)
+        g = (1 - sum(c) / 4) ** gamma  # from correctness, not from the shaped rewards
+        expected += [0.0 if std == 0 else g * (x - mean) / (std + 1e-6) for x in shaped]
+    assert handed["adv"].tolist() == pytest.approx(expected, abs=1e-6)
+    assert any(abs(a) > 0.1 for a in expected[:8]) and expected[8:] == [0.0] * 4
+    # the sequences in the same order: prompt then completion, the mask on the completion only
+    for row, (prompt, completion, _) in enumerate(samples):
+        length = len(prompt) + len(completion)
+        assert handed["ids"][row, :length].tolist() == prompt + completion
+        assert handed["attn"][row].sum() == length
+        assert handed["mask"][row].tolist() == ([0.0] * (len(prompt) - 1) + [1.0] * len(completion)
+                                                + [0.0] * (handed["mask"].shape[1] - length + 1))
+    # and the logged metrics, by hand
+    flat = [x for row in correct for x in row]
+    assert m["reward"] == pytest.approx(sum(flat) / 12)
+    assert m["active_frac"] == pytest.approx(2 / 3)
+    assert m["focal_mean"] == pytest.approx((0.25 ** gamma + 0.75 ** gamma + 0.0) / 3)
+    assert m["resp_len"] == pytest.approx(sum(map(sum, lengths)) / 12)
+    assert m["trunc_frac"] == pytest.approx(2 / 12)
+
+
+def _logp_unpadded(model, prompt, completion, temperature):
+    """log pi(completion | prompt), one sequence alone: no padding, no mask, full logits."""
+    ids = torch.tensor([prompt + completion])
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float() / temperature
+    return logits.log_softmax(-1).gather(-1, ids[0, len(prompt):, None]).squeeze(-1)
+
+
+def _updates_by_hand(model, pairs, adv, args):
+    """args.mini_batch * args.n sequences per SGD step of the paper's token-mean loss, written
+    out from SPEC Sec. 4: old log-probs once before the first step; per step one normaliser,
+    that step's response tokens; the global grad norm clipped at args.grad_clip. Returns per
+    step (loss, grad norm before clipping, clipped tokens)."""
+    params = list(model.parameters())
+    t, lo, hi = args.temperature, args.eps_low, args.eps_high
+    with torch.no_grad():
+        old = [_logp_unpadded(model, p, c, t) for p, c in pairs]
+    per_step, stats = args.mini_batch * args.n, []
+    for start in range(0, len(pairs), per_step):
+        rows = range(start, start + per_step)
+        objective, clipped = 0.0, 0
+        for i in rows:
+            logp = _logp_unpadded(model, *pairs[i], t)
+            ratio = (logp - old[i]).exp()
+            bounded = ratio.clamp(1 - lo, 1 + hi)
+            if args.algo == "cispo":  # sg(clip(r)) * A * log pi
+                objective = objective + (bounded.detach() * adv[i] * logp).sum()
+                clipped += int((bounded != ratio).sum())
+            else:  # min(r A, clip(r) A)
+                objective = objective + torch.minimum(ratio * adv[i], bounded * adv[i]).sum()
+                clipped += int((bounded * adv[i] < ratio * adv[i]).sum())
+        loss = -objective / sum(len(pairs[i][1]) for i in rows)
+        grads = torch.autograd.grad(loss, params)
+        norm = float(torch.sqrt(sum((g ** 2).sum() for g in grads)))
+        scale = min(1.0, args.grad_clip / (norm + 1e-6))  # as torch's clip_grad_norm_
+        with torch.no_grad():
+            for p, g in zip(params, grads):
+                p -= args.lr * scale * g
+        stats.append((float(loss.detach()), norm, clipped))
+    return stats
+
+
+@pytest.mark.parametrize("algo,grad_clip", [("dapo", 1e9), ("cispo", 1e9), ("dapo", 0.5)])
+def test_train_step_equals_sgd_updates_written_out(algo, grad_clip):
+    # 4 prompts x 2 samples, mini-batches of 2 prompts: two optimiser steps, the second
+    # off-policy; micro-batches of 3 split each step unevenly. Plain SGD, so the update is the
+    # gradient itself; temperature 0.7, as the sampler's.
+    args = fgrpo.parse_args(["--model", "tiny", "--algo", algo, "--prompts", "4", "--n", "2",
+                             "--mini-batch", "2", "--micro-batch", "3", "--temperature", "0.7",
+                             "--lr", "1.0", "--grad-clip", str(grad_clip),
+                             "--eps-low", "0.2", "--eps-high", "0.28"])  # CISPO's 1/5 never bind
+    gen = torch.Generator().manual_seed(7)
+    rand = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))  # noqa: E731
+    pairs = [([rand(2, 50) for _ in range(rand(2, 6))], [rand(2, 50) for _ in range(rand(1, 8))])
+             for _ in range(8)]
+    adv = fgrpo.group_advantages(torch.tensor([[1.0, 0], [0, 1], [0, 1], [1, 0]]), 0.5).flatten()
+    model = _random_qwen(vocab=50)
+    ids, attn, mask = fgrpo.collate(pairs, 0)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    m = fgrpo.train_step(model, opt, ids, attn, mask, adv, args)
+    by_hand = _random_qwen(vocab=50)
+    stats = _updates_by_hand(by_hand, pairs, adv.tolist(), args)
+    for a, b in zip(model.parameters(), by_hand.parameters()):
+        assert torch.allclose(a, b, atol=2e-6, rtol=1e-5)
+    tokens = sum(len(c) for _, c in pairs)
+    assert m["loss"] == pytest.approx(sum(s[0] for s in stats) / 2, rel=1e-4, abs=1e-6)
+    assert m["grad_norm"] == pytest.approx(sum(s[1] for s in stats) / 2, rel=1e-4)
+    assert m["clip_frac"] == pytest.approx(sum(s[2] for s in stats) / tokens)
+    # the check can fail: the second step clips tokens (the first cannot: its ratio is 1), and
+    # the same updates with the clip bounds swapped end elsewhere
+    assert stats[0][2] == 0 and stats[1][2] > 0
+    if grad_clip < 1:
+        assert min(s[1] for s in stats) > grad_clip  # the norm was clipped
+    swapped = _random_qwen(vocab=50)
+    args.eps_low, args.eps_high = args.eps_high, args.eps_low
+    _updates_by_hand(swapped, pairs, adv.tolist(), args)
+    assert not all(torch.allclose(a, b, atol=1e-4) for a, b in zip(model.parameters(),
+                                                                     swapped.parameters()))
+
+
+def test_loop_follows_the_data_stream_and_warmup_and_resumes_exactly(tiny_saved, tmp_path,
+                                                                     monkeypatch):
+    # train() itself, its rollout-and-update step replaced by one AdamW step on a fixed loss
+    # (so the optimizer has moments to save); 12 problems, 4 a step: 3 steps an epoch
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join((tiny_saved / "train.jsonl").read_text().splitlines(True)[:12]))
+    seen = {}
+
+    def fake_run_step(model, tok, engine, opt, next_problems, args, step):
+        seen.setdefault(args.out, []).append([p["problem"] for p in next_problems()])
+        opt.zero_grad()
+        (sum((p ** 2).sum() for p in model.parameters()) * 1e-3).backward()
+        opt.step()
+        return dict.fromkeys(["reward", "active_frac", "focal_mean", "clip_frac", "resp_len"], 0.0)
+    monkeypatch.setattr(fgrpo, "run_step", fake_run_step)
+    flags = ["--model", str(tiny_saved / "model"), "--data", str(data), "--rollout", "hf",
+             "--prompts", "4", "--mini-batch", "2", "--lr", "1e-2", "--warmup", "3",
+             "--save-every", "2", "--max-new-tokens", "6"]
+
+    def train(out, *more):
+        handler = signal.getsignal(signal.SIGTERM)  # train() sets its own
+        try:
+            fgrpo.train(fgrpo.parse_args([*flags, "--out", str(tmp_path / out), *more]))
+        finally:
+            signal.signal(signal.SIGTERM, handler)
+        return [NOT_TIME(json.loads(x)) for x in (tmp_path / out / "metrics.jsonl").open()]
+    straight = train("straight", "--epochs", "2")  # 2 * 12 // 4 = 6 steps
+    assert [m["step"] for m in straight] == [1, 2, 3, 4, 5, 6]
+    # linear warm-up over 3 steps, then constant (App. L)
+    assert [m["lr"] for m in straight] == pytest.approx([1e-2 / 3, 2e-2 / 3] + [1e-2] * 4)
+    steps = seen[str(tmp_path / "straight")]
+    problems = [json.loads(x)["problem"] for x in data.open()]
+    for epoch in (steps[:3], steps[3:]):  # each epoch: every problem once, in its own order
+        assert sorted(p for step in epoch for p in step) == sorted(problems)
+    assert steps[:3] != steps[3:]
+    # killed after step 4 (its checkpoint), resumed: the same data, schedule and weights
+    train("resumed", "--steps", "4")
+    resumed = train("resumed", "--epochs", "2", "--resume")
+    assert resumed == straight and seen[str(tmp_path / "resumed")] == steps
+    from safetensors.torch import load_file
+    final = [load_file(tmp_path / run / "step_000006" / "model.safetensors")
+             for run in ("straight", "resumed")]
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+    assert (tmp_path / "resumed" / "latest").read_text() == "step_000006"
+
+
+def test_held_out_pass_at_k_is_the_unbiased_estimate(monkeypatch, capsys):
+    args = fgrpo.parse_args(["--model", "tiny", "--rollout", "hf", "--eval-n", "4"])
+    counts = [0, 1, 2, 4, 3]
+
+    def fake(model, tok, engine, problems, n, args, seed):
+        rewards = torch.tensor([[1.0] * c + [0.0] * (n - c) for c in counts])
+        return None, rewards, (0.0, 0.0)
+    monkeypatch.setattr(fgrpo, "sample_and_score", fake)
+    fgrpo.evaluate(None, None, None, [{}] * 5, args, "before")
+    printed = capsys.readouterr().out
+    for k in (1, 2, 4):  # 1 - C(n - c, k) / C(n, k), averaged over the problems
+        want = sum(1 - math.comb(4 - c, k) / math.comb(4, k) for c in counts) / 5
+        assert f"pass@{k} {want:.3f}" in printed
+
+
+def test_sample_and_score_scores_each_completion_against_its_own_problem(monkeypatch):
+    tok = _tiny_tok()
+    args = fgrpo.parse_args(["--model", "tiny", "--rollout", "hf"])
+    problems = [{"problem": f"max({a},{b})=", "answer": str(max(a, b))}
+                for a, b in ((1, 2), (5, 3), (0, 7))]
+    answers = [p["answer"] for p in problems]
+
+    def fake_rollout(model, tok_, engine, prompts, n, args, seed):
+        assert prompts == [p["problem"] for p in problems]  # the tiny tokenizer: no template
+        # sample j of prompt i boxes the answer of problem (i + j) % 3: right for j = 0 only
+        return [(tok.encode(p), tok.encode(f"\\boxed{{{answers[(i + j) % 3]}}}") + [1], False)
+                for i, p in enumerate(prompts) for j in range(n)]
+    monkeypatch.setattr(fgrpo, "rollout", fake_rollout)
+    samples, rewards, _ = fgrpo.sample_and_score(None, tok, None, problems, 3, args, seed=0)
+    assert rewards.tolist() == [[1.0, 0.0, 0.0]] * 3 and len(samples) == 9
+
+
+def test_hf_rollout_keeps_prompts_unpadded_and_cuts_after_the_first_stop(tiny_saved):
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(tiny_saved / "model")
+    tok = _tiny_tok()
+    prompts = ["max(1,2,3,4,5)=", "max(7)=", "max(3,9)="]  # left-padded to the longest
+    for max_new in (6, 4):  # 6: room for "\boxed{d}<eos>"; 4: every sample cut
+        args = fgrpo.parse_args(["--model", "tiny", "--rollout", "hf", "--max-new-tokens",
+                                 str(max_new)])
+        samples = fgrpo.rollout(model, tok, None, prompts, 5, args, seed=3)
+        assert len(samples) == 15
+        for i, (prompt, completion, truncated) in enumerate(samples):
+            assert prompt == tok(prompts[i // 5], add_special_tokens=False).input_ids
+            stops = [j for j, t in enumerate(completion) if t == tok.eos_token_id]
+            if truncated:
+                assert not stops and len(completion) == max_new
+            else:
+                assert stops == [len(completion) - 1]
+        kinds = {t for _, _, t in samples}
+        assert (True in kinds) if max_new == 4 else (False in kinds)  # both cases are seen
+    assert fgrpo.rollout(model, tok, None, prompts, 5, args, seed=3) == samples  # seeded
+    assert fgrpo.rollout(model, tok, None, prompts, 5, args, seed=4) != samples
+
+
+def test_eval_averages_over_benchmarks_not_over_problems(tmp_path):
+    import argparse
+    problems = {"a": [{"problem": "x", "answer": "1"}] * 2,
+                "b": [{"problem": "y", "answer": "2"}] * 6}
+    done = {"a": {0: [1, 1, 1, 1], 1: [1, 1, 0, 0]},
+            "b": {i: [0, 0, 0, 1] for i in range(6)}}
+    args = argparse.Namespace(model="m", out=str(tmp_path), plot=None)
+    res = evaluator.report(args, {x: ("math", p) for x, p in problems.items()}, done)
+    assert res["benchmarks"]["a"]["pass@k"]["1"] == pytest.approx(0.75)
+    assert res["benchmarks"]["b"]["pass@k"]["1"] == pytest.approx(0.25)
+    assert res["math_avg"]["1"] == pytest.approx(0.5)  # not (6 + 6) / 32 over the 8 problems
+    # pass@2: a's problems 1 and 1 - C(2,2)/C(4,2) = 5/6; b's 1 - C(3,2)/C(4,2) = 1/2
+    assert res["math_avg"]["2"] == pytest.approx(((1 + 5 / 6) / 2 + 0.5) / 2)
+
+
 # ---------------------------------------------------------------- verify
 def _verl_reference(completion, gold):
     """verl's math-verify reward (verl/utils/reward_score/math_verify.py), serially, in this process."""
@@ -437,6 +708,7 @@ def test_verify_pathological_completions_score_zero_within_timeout():
     assert elapsed < 300  # a hang check, not a speed check: without the outer timeout this never returns
 
 
+@slow
 def test_verify_workers_die_on_terminate_under_a_sigterm_handler():
     # train() sets a SIGTERM handler before the pool forks; killing the pool after a timeout (and
     # at exit) must still end the workers. Before the fix this hung forever.
@@ -563,6 +835,7 @@ def _sigterm_after_first_step(out, *flags):
     return (out / "latest").read_text() if (out / "latest").exists() else None
 
 
+@slow
 def test_kill_and_resume_continues_exactly_and_sigterm_saves_only_what_can_finish(tmp_path):
     K = 2
     flags = ["--steps", str(2 * K), "--save-every", str(K), "--prompts", "8", "--mini-batch", "2"]
@@ -591,6 +864,7 @@ def test_kill_and_resume_continues_exactly_and_sigterm_saves_only_what_can_finis
     assert (ckpt / "model.safetensors").exists() and ckpt.name == f"step_{2 * K:06d}"
 
 
+@slow
 @pytest.mark.parametrize("rollout", ["hf", "vllm"])
 def test_demo_learns(tmp_path, rollout):
     # The demo's command, cut to 60 of its 150 steps. Measured on 2 cores, seed 0: reward at step 1,
@@ -613,6 +887,7 @@ def test_demo_learns(tmp_path, rollout):
         assert "pip install matplotlib" in stdout
 
 
+@slow
 def test_headline_command_on_a_machine_without_a_gpu_is_one_line(tmp_path):
     out = subprocess.run([sys.executable, str(HERE / "fgrpo.py"), "--algo", "dapo", "--gamma", "1"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -622,6 +897,7 @@ def test_headline_command_on_a_machine_without_a_gpu_is_one_line(tmp_path):
     assert not (tmp_path / "runs").exists()  # said before loading or writing anything
 
 
+@slow
 def test_unreachable_model_or_dataset_is_one_line(tmp_path, monkeypatch):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, str(HERE / "fgrpo.py"), "--model", "no-such-org/no-such-model",
@@ -663,6 +939,7 @@ def _wandb_history(folder):
     return rows
 
 
+@slow
 def test_wandb_logs_every_metric_of_metrics_jsonl(tmp_path, monkeypatch):
     pytest.importorskip("wandb", reason="optional: pip install wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -681,13 +958,11 @@ TINY_EVAL = ["--n", "8", "--max-new-tokens", "6", "--gen-batch", "64"]
 
 
 @pytest.fixture(scope="module")
-def tiny_eval(tmp_path_factory):
+def tiny_eval(tmp_path_factory, tiny_saved):
     """The tiny model saved as an HF folder, a 6-problem toy benchmark, and one uninterrupted run."""
     root = tmp_path_factory.mktemp("eval")
-    model, tok, _, held_out = fgrpo.build_tiny(0)
-    model.save_pretrained(root / "tiny")
-    tok.save_pretrained(root / "tiny")
-    problems = held_out[:6]
+    shutil.copytree(tiny_saved / "model", root / "tiny")
+    problems = [json.loads(line) for line in (tiny_saved / "held_out.jsonl").open()][:6]
     (root / "toy.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(sys.modules, "vllm", None)  # the transformers engine, even where vLLM is installed
@@ -902,6 +1177,7 @@ def test_eval_bad_input_is_one_clear_line(case, tiny_eval, tmp_path):
     assert message.startswith("error:") and expected in message and "\n" not in message
 
 
+@slow
 def test_eval_cli_bad_model_path_has_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, str(HERE / "eval.py"), "--model", str(tmp_path / "missing"),
                            "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=HERE, timeout=3600)
@@ -910,6 +1186,7 @@ def test_eval_cli_bad_model_path_has_no_traceback(tmp_path):
         f"error: --model {tmp_path / 'missing'}: no such folder, and not a Hub id of the form org/name"]
 
 
+@slow
 def test_trains_from_an_hf_folder_and_a_jsonl_file(tmp_path):
     # the real-run path (AutoModelForCausalLM/AutoTokenizer + --data), on the tiny model saved to disk
     model, tok, problems, _ = fgrpo.build_tiny(0)
@@ -1062,6 +1339,7 @@ def _greedy(tmp_path, folder, mode):
     return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
 
 
+@slow
 @needs_vllm
 def test_vllm_matches_transformers_after_a_weight_sync(tmp_path):
     model, tok, _, _ = fgrpo.build_tiny(0)
@@ -1105,6 +1383,7 @@ if fgrpo.RANK == 0:
 """
 
 
+@slow
 def test_two_ranks_and_fsdp_at_one_take_the_same_step_as_one(tmp_path):
     model, tok = fgrpo.build_tiny(0, warm_steps=20)[:2]
     model.save_pretrained(tmp_path / "tiny")
@@ -1130,6 +1409,7 @@ def test_two_ranks_and_fsdp_at_one_take_the_same_step_as_one(tmp_path):
             assert b["metrics"][k] == pytest.approx(a["metrics"][k], abs=1e-5), k
 
 
+@slow
 @needs_vllm
 def test_two_rank_run_resumes_exactly_and_its_checkpoint_loads_in_transformers_and_vllm(tmp_path):
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
@@ -1147,6 +1427,7 @@ def test_two_rank_run_resumes_exactly_and_its_checkpoint_loads_in_transformers_a
     assert r["vllm_after"] == r["hf_after"]  # both load the checkpoint as it is, to the same policy
 
 
+@slow
 @needs_vllm
 def test_eval_samples_with_vllm_where_it_is_installed(tiny_eval, tmp_path):
     root, problems = tiny_eval
@@ -1243,6 +1524,7 @@ eval.main()
 """
 
 
+@slow
 def test_eval_on_two_ranks_equals_one_process_and_resumes_any_kill(tiny_eval, tmp_path, monkeypatch):
     root, problems = tiny_eval
     (tmp_path / "harness.py").write_text(EVAL_HARNESS.format(here=str(HERE)))
@@ -1291,6 +1573,7 @@ def test_eval_on_two_ranks_equals_one_process_and_resumes_any_kill(tiny_eval, tm
 
 
 # ---------------------------------------------------------------- experiments/see_it_happen.py
+@slow
 def test_see_it_happen_quick_figures_match_an_independent_recomputation(tmp_path):
     # --quick: DAPO at gamma 0, 0.5 and gamma 0 at lr x focal_mean, one seed, through fgrpo.train and
     # eval.py. Every figure it writes is recomputed here from the saved counts and probabilities.

@@ -1,0 +1,131 @@
+"""make mutation: plant each bug of bench/mutants.py in a scratch copy and see the tests catch it.
+
+    python bench/mutation.py                 # every planted bug, against the fast part of make test
+    python bench/mutation.py --only gamma    # those whose name contains "gamma"
+    python bench/mutation.py --list          # the planted bugs, without running anything
+
+A planted bug is one exact edit of fgrpo.py or eval.py (bench/mutants.py says which and why it is
+plausible). For each, the tracked files are copied to a scratch folder, the edit is made there,
+and `FGRPO_FAST=1 pytest -x test_fgrpo.py` runs in it: the fast part of the suite, which skips
+the tests that start subprocesses, vLLM engines or torchrun. The bug is caught if a test fails,
+survives if every test passes. The unchanged copy runs first and must pass. Exit status 1 if a
+bug survived or an edit's text is no longer in its file (bench/mutants.py then needs updating).
+
+Why not mutmut: it mutates every operator and constant (hundreds of mutants of fgrpo.py, hours
+of the suite on 2 cores) and cannot plant the named wiring bugs this list keeps.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_mutants():
+    spec = importlib.util.spec_from_file_location("mutants", ROOT / "bench" / "mutants.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.MUTANTS
+
+
+def scratch_copy():
+    """The tracked files and the working tree's edits of them, in a new folder."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    folder = Path(tempfile.mkdtemp(prefix="fgrpo-mutant-"))
+    for name in files:
+        if (ROOT / name).is_file():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, folder / name)
+    return folder
+
+
+def plant(folder, mutant):
+    """Make the mutant's edit in the copy; an error message if its text is not there once."""
+    path = folder / mutant["file"]
+    text = path.read_text()
+    found = text.count(mutant["find"])
+    if found != 1:
+        return f"its text occurs {found} times in {mutant['file']}: update bench/mutants.py"
+    path.write_text(text.replace(mutant["find"], mutant["replace"]))
+    return None
+
+
+def run_suite(folder, timeout, threads):
+    """(passed, seconds, the first failing test's name or the tail of the output)."""
+    env = {**os.environ, "FGRPO_FAST": "1", "OMP_NUM_THREADS": str(threads),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "test_fgrpo.py"]
+    start = time.time()
+    try:
+        out = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True,
+                             timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, time.time() - start, f"timed out after {timeout} s"
+    failed = [line.split(" ")[1] for line in out.stdout.splitlines() if line.startswith("FAILED ")]
+    detail = failed[0].split("::")[-1] if failed else out.stdout.strip().splitlines()[-1:]
+    return out.returncode == 0, time.time() - start, str(detail)
+
+
+def check(mutant, timeout, threads):
+    folder = scratch_copy()
+    try:
+        error = mutant and plant(folder, mutant)
+        if error:
+            return {"status": "stale", "detail": error, "seconds": 0.0}
+        passed, seconds, detail = run_suite(folder, timeout, threads)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if mutant is None:
+        status = "passes" if passed else "FAILS"
+    else:
+        status = "SURVIVED" if passed else "caught"
+    return {"status": status, "detail": detail, "seconds": round(seconds, 1)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--only", nargs="+", default=[], help="plant only bugs whose name contains one")
+    p.add_argument("--list", action="store_true", help="print the planted bugs and stop")
+    p.add_argument("--jobs", type=int, default=2, help="copies tested at once (one thread each)")
+    p.add_argument("--timeout", type=int, default=900, help="seconds for one run of the suite")
+    p.add_argument("--out", default=str(ROOT / "bench" / "mutation_results.json"),
+                   help="where the table goes as JSON")
+    args = p.parse_args()
+    mutants = [m for m in load_mutants()
+               if not args.only or any(word in m["name"] for word in args.only)]
+    if args.list:
+        for m in mutants:
+            print(f"{m['name']:32} {m['file']:9} {m['why']}")
+        return 0
+    print(f"the unchanged copy first, then {len(mutants)} planted bugs, {args.jobs} at a time",
+          flush=True)
+    baseline = check(None, args.timeout, max(1, 2 // args.jobs))
+    print(f"unchanged: {baseline['status']} in {baseline['seconds']} s", flush=True)
+    if baseline["status"] != "passes":
+        sys.exit(f"error: the fast suite fails without any planted bug: {baseline['detail']}")
+    with ThreadPoolExecutor(args.jobs) as pool:
+        jobs = [(m, pool.submit(check, m, args.timeout, 1)) for m in mutants]
+        results = []
+        for m, job in jobs:
+            r = {"name": m["name"], "file": m["file"], "why": m["why"], **job.result()}
+            results.append(r)
+            print(f"{r['status']:8} {r['seconds']:6.1f} s  {r['name']:32} {r['detail']}", flush=True)
+    Path(args.out).write_text(json.dumps({"baseline": baseline, "mutants": results}, indent=1))
+    bad = [r["name"] for r in results if r["status"] != "caught"]
+    print(f"{len(results) - len(bad)} of {len(results)} caught" +
+          (f"; not caught: {', '.join(bad)}" if bad else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
