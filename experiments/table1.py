@@ -78,23 +78,25 @@ SIX_MATH = "math500,aime24,aime25,amc23,minerva,olympiadbench"
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     a = p.add_argument
-    a("--model", default="Qwen/Qwen2.5-7B",
-      help="the base model (HF id or folder), for fgrpo.py and eval.py; 'tiny': the CPU pipeline")
+    a("--model", default="Qwen/Qwen2.5-7B", help="the base model (HF id or folder) for fgrpo.py "
+      "and eval.py (default: the paper's Qwen/Qwen2.5-7B); 'tiny': the offline CPU pipeline")
     a("--work", type=Path, help="folder of every run, evaluation and the table "
       "(default: runs/table1, or runs/table1-tiny for --model tiny)")
-    a("--only", help=f"comma-separated runs to run, from: {', '.join(RUNS)} (default: all)")
-    a("--skip", help="comma-separated runs not to run")
-    a("--seeds", default="0", help="comma-separated seeds: each run trained and evaluated per seed")
-    a("--train-flags", default="", help="extra flags for fgrpo.py, one quoted string, e.g. "
-      "\"--epochs 1 --max-new-tokens 4096\"; a single flag: --train-flags=--verbose")
-    a("--eval-flags", default="", help="extra flags for eval.py's sampling, e.g. \"--n 256\"")
-    a("--compare-flags", default="", help="extra flags for eval.py --compare, e.g. "
-      "\"--iters 5000\"; its --m: 256, or the largest power of two below eval.py's --n")
-    a("--params-b", type=float, help="billions of parameters, for the estimate of a model it does "
-      f"not know ({', '.join(PARAMS_B)})")
+    a("--only", metavar="RUNS", help=f"comma-separated runs to run, from: {', '.join(RUNS)} "
+      "(default: all)")
+    a("--skip", metavar="RUNS", help="comma-separated runs not to run")
+    a("--seeds", default="0", help="comma-separated seeds: each run trained and evaluated per "
+      "seed (default: 0)")
+    a("--train-flags", default="", metavar="FLAGS", help="extra flags for fgrpo.py, one quoted "
+      "string, e.g. \"--epochs 1 --max-new-tokens 4096\"; a single flag: --train-flags=--verbose")
+    a("--eval-flags", default="", metavar="FLAGS", help="extra flags for eval.py's sampling, "
+      "e.g. \"--n 256 --benchmarks math500,aime24\"")
+    a("--compare-flags", default="", metavar="FLAGS", help="extra flags for eval.py --compare, "
+      "e.g. \"--iters 5000\" (its --m: 256, or the largest power of two below eval.py's --n)")
+    a("--params-b", type=float, metavar="B", help="billions of parameters, for the estimate of a "
+      f"model it does not know (it knows {', '.join(PARAMS_B)})")
     a("--plan", action="store_true", help="print the plan and the estimate, run nothing")
     a("--table", action="store_true", help="only build the table from WORK's evaluation folders")
     args = p.parse_args(argv)
@@ -150,7 +152,7 @@ def peek(words, names, cast, default):
             try:
                 value = cast(raw)
             except ValueError:
-                sys.exit(f"error: {key} {raw}: not a {cast.__name__}")
+                sys.exit(f"error: {key} {raw}: not an integer")  # int is the only cast that fails
     return value
 
 
