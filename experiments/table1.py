@@ -438,9 +438,12 @@ def interval(values):
     t975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
             9: 2.262}  # Student's t, 97.5% quantile by degrees of freedom
     mean = statistics.fmean(values)
-    if len(values) < 2:
+    df = len(values) - 1
+    if df < 1:
         return mean, None
-    return mean, t975.get(len(values) - 1, 2.2) * statistics.stdev(values) / math.sqrt(len(values))
+    # beyond 9 degrees of freedom, Cornish-Fisher: t = z + (z^3 + z) / (4 df), 0.031 low at most
+    t = t975.get(df, 1.96 + (1.96 ** 3 + 1.96) / (4 * df))
+    return mean, t * statistics.stdev(values) / math.sqrt(len(values))
 
 
 def run_rows(evals, columns, ks):
@@ -599,8 +602,8 @@ def build_table(args):
             for b in r["benchmarks"].values())
     note = ""
     if top != PAPER_K:
-        note = (f"pass@{top} stands in for the paper's pass@256: with n = {n} samples a problem, "
-                f"--compare's m (< n) allows k up to {top}.")
+        note = (f"pass@{top} stands in for the paper's pass@256: n = {n} samples a problem, and "
+                f"--compare's m below n, allow no larger k.")
     rows = run_rows(evals, columns, ks)
     campaign = args.work / "campaign.json"
     model = json.loads(campaign.read_text())["model"] if campaign.exists() else first["model"]
