@@ -16,9 +16,14 @@ endif
 test:  ## the whole suite, CPU only, deterministic (about 13 minutes on 2 cores)
 	$(PYTHON) -m pytest -q test_fgrpo.py
 
-demo:  ## F-DAPO on the tiny offline model and toy task: about 2 minutes on 2 cores
+# the demo's held-out problems, before and after: eval.py on the base model and the last checkpoint
+DEMO_EVAL = --data runs/demo/tiny_seed0/held_out.jsonl --n 8 --max-new-tokens 6 --rollout hf
+
+demo:  ## F-DAPO on the tiny offline model and toy task, then eval.py before and after: ~3 minutes
 	rm -rf runs/demo
 	$(PYTHON) fgrpo.py --model tiny --algo dapo --gamma 1 --out runs/demo
+	$(PYTHON) eval.py --model runs/demo/tiny_seed0/model $(DEMO_EVAL) --out runs/demo/eval_base
+	$(PYTHON) eval.py --model runs/demo/step_000150 $(DEMO_EVAL) --out runs/demo/eval_after
 
 table1:  ## the paper's Table 1 on a GPU node (experiments/table1.py); run again to resume; TABLE1="--plan", "--table", ...
 	$(PYTHON) experiments/table1.py $(TABLE1)

@@ -172,6 +172,7 @@ def as_problem(i, row, bench):
 def vllm_sampler(args):
     """(sample(prompts, seeds) -> n completions a prompt, tokenizer), vLLM as fgrpo runs it."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # no engine process spawned beside CUDA
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache, CPU build only
     from vllm import LLM, SamplingParams
     llm = LLM(model=args.model, seed=args.seed,
               distributed_executor_backend="external_launcher" if fgrpo.WORLD > 1 else None)
@@ -205,8 +206,7 @@ def transformers_sampler(args):
         return out
     return sample, tok
 
-def load_sampler(args):
-    """--rollout's sampler; by default vLLM's where it imports, else transformers'."""
+def load_sampler(args):  # --rollout's; by default vLLM's where it imports, else transformers'
     if not args.model:
         sys.exit(f"error: {args.out} has problems without samples: pass --model")
     try:

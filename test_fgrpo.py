@@ -1811,7 +1811,7 @@ def test_table1_saves_the_tiny_base_whole(tmp_path, monkeypatch):
     model, tok, train_set, held_out = build(3, warm_steps=0)
     assert sorted(p.name for p in folder.parent.iterdir()) == ["seed3"]  # renamed, no .tmp left
     assert _records(folder / "train.jsonl") == train_set and len(train_set) == 2000
-    assert _records(folder / "heldout.jsonl") == held_out and len(held_out) == 64
+    assert _records(folder / "held_out.jsonl") == held_out and len(held_out) == 64
     from transformers import AutoModelForCausalLM, AutoTokenizer
     saved = AutoModelForCausalLM.from_pretrained(folder / "model").state_dict()
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
@@ -1849,14 +1849,14 @@ def test_table1_tiny_campaign_resumes_after_kills_and_its_table_is_eval_pys(tiny
     # checks), from the folder the other tests share
     shutil.copytree(tiny_saved / "model", work / "tiny" / "seed0" / "model")
     shutil.copy(tiny_saved / "train.jsonl", work / "tiny" / "seed0" / "train.jsonl")
-    shutil.copy(tiny_saved / "held_out.jsonl", work / "tiny" / "seed0" / "heldout.jsonl")
+    shutil.copy(tiny_saved / "held_out.jsonl", work / "tiny" / "seed0" / "held_out.jsonl")
     _stopped_when(cmd, env, lambda: (dapo / "train" / "latest").exists(), tmp_path / "1.log",
                   lambda proc: os.killpg(proc.pid, signal.SIGKILL))
     assert (dapo / "train" / "latest").read_text() != "step_000006"  # killed in training
     base_eval = work / "base" / "seed0" / "eval" / "results.json"
     untouched = [base_eval.stat().st_mtime_ns, (work / "tiny" / "seed0").stat().st_mtime_ns]
     # SIGTERM to the script alone: it passes it on to eval.py, waits for it, and stops
-    code, second = _stopped_when(cmd, env, lambda: (dapo / "eval" / "heldout.jsonl").exists(),
+    code, second = _stopped_when(cmd, env, lambda: (dapo / "eval" / "held_out.jsonl").exists(),
                                  tmp_path / "2.log", lambda proc: proc.send_signal(signal.SIGTERM))
     assert code == 1 and "error: dapo/seed0/eval stopped (exit code -15)" in second, second[-2000:]
     assert "[done] tiny/seed0\n" in second and "[done] base/seed0/eval\n" in second
@@ -1883,23 +1883,23 @@ def _check_table1(work):
     text = (work / "table1.md").read_text()
     assert table["k"] == [1, 8]  # n = 16: --compare's m is 8, so pass@8 stands in for pass@256
     assert "pass@8 stands in for the paper's pass@256" in text
-    assert table["columns"] == ["heldout", "math_avg"]
+    assert table["columns"] == ["held_out", "math_avg"]
     figures = {}
     for run in ("base", "dapo", "f-dapo"):
         folder = work / run / "seed0" / "eval"
         res = json.loads((folder / "results.json").read_text())
-        records = _records(folder / "heldout.jsonl")
+        records = _records(folder / "held_out.jsonl")
         assert [r["idx"] for r in records] == list(range(64))  # each problem once, after a resume
         c = [int(sum(r["scores"])) for r in records]
         row = table["runs"][run]["seeds"]["0"]
         for k in ("1", "8"):
-            assert row["heldout"][k] == res["benchmarks"]["heldout"]["pass@k"][k]
+            assert row["held_out"][k] == res["benchmarks"]["held_out"]["pass@k"][k]
             assert row["math_avg"][k] == res["math_avg"][k]
             assert table["runs"][run]["mean"]["math_avg"][k] == res["math_avg"][k]  # one seed
             by_hand = sum(1 - math.comb(16 - ci, int(k)) / math.comb(16, int(k)) for ci in c) / 64
-            assert row["heldout"][k] == pytest.approx(by_hand, abs=1e-12)
+            assert row["held_out"][k] == pytest.approx(by_hand, abs=1e-12)
         figures[run] = row["math_avg"]
-        cell = f"{100 * row['heldout']['1']:.1f} / {100 * row['heldout']['8']:.1f}"
+        cell = f"{100 * row['held_out']['1']:.1f} / {100 * row['held_out']['8']:.1f}"
         assert f"| {TABLE1.RUNS[run].label} | {cell} | {cell} |" in text
     assert "| DAPO | " in text and "| 39.4 / 69.3 |" in text  # the paper's, beside ours
     test = json.loads((work / "compare" / "dapo" / "seed0" / "compare.json").read_text())["results"]

@@ -181,7 +181,7 @@ def tiny_flags(args, seed, kind):
         pairs = [(k, v) for k, v in settings.items() if k != "out"] + [("rollout", "hf")]
         return ["--data", str(folder / "train.jsonl")] + \
             [w for k, v in pairs for w in (f"--{k.replace('_', '-')}", str(v))]
-    return ["--data", str(folder / "heldout.jsonl"), "--n", str(TINY_EVAL_N), "--max-new-tokens",
+    return ["--data", str(folder / "held_out.jsonl"), "--n", str(TINY_EVAL_N), "--max-new-tokens",
             str(settings["max_new_tokens"]), "--gen-batch", str(TINY_EVAL_N), "--rollout", "hf"]
 
 
@@ -276,7 +276,7 @@ def print_plan(stages, args):
             low, high = cost.gpu_hours
             note = f"  [~{low:,.0f}-{high:,.0f} GPU-h, ~{cost.disk_gb:,.0f} GB on disk]"
         print(f"  {state:7} {stage.name}{note}")
-        what = "save fgrpo.build_tiny(seed): model/, train.jsonl, heldout.jsonl (in this process)"
+        what = "save fgrpo.build_tiny(seed): model/, train.jsonl, held_out.jsonl (in this process)"
         print(f"          {what if stage.kind == 'tiny' else shlex.join(stage.cmd)}")
         costs += [cost] if cost and state not in ("done", "skip") else []
     if args.model == "tiny":
@@ -336,18 +336,11 @@ def status(stage, args):
 
 
 def save_tiny_base(stage):
-    """fgrpo.build_tiny(seed) as an HF folder, with its training and held-out problems as JSONL."""
+    """fgrpo.py's own --model tiny set-up, fgrpo.prepare_tiny_demo: the tiny model as an HF folder
+    and its training and held-out problems as JSONL, written whole or not at all."""
     sys.path.insert(0, str(ROOT))
     import fgrpo  # only --model tiny needs it in this process
-    model, tok, train, held_out = fgrpo.build_tiny(stage.seed)
-    tmp = stage.out.with_name(stage.out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp / "model")
-    tok.save_pretrained(tmp / "model")
-    for name, problems in (("train", train), ("heldout", held_out)):
-        lines = "".join(json.dumps(p) + "\n" for p in problems)
-        (tmp / f"{name}.jsonl").write_text(lines)
-    tmp.rename(stage.out)  # whole, or not at all
+    fgrpo.prepare_tiny_demo(argparse.Namespace(seed=stage.seed), stage.out)
 
 
 def run_stage(stage, args, running):
