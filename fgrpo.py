@@ -514,6 +514,36 @@ def relaunched():
     torchrun.run(launch)  # raises if a rank failed
     return True
 
+def check_gpu_memory(args):
+    """Exit in one line, before anything is loaded, where the GPUs cannot hold the run: FSDP2 keeps
+    fp32 weights, gradients and AdamW's two moments, 16 bytes per parameter split over the ranks,
+    and each GPU also gives vLLM its --vllm-mem share. A lower bound: activations come on top."""
+    if args.model == "tiny" or not torch.cuda.is_available():
+        return
+    from transformers import AutoConfig, AutoModelForCausalLM
+    try:
+        config = AutoConfig.from_pretrained(args.model)
+    except Exception:  # load_policy says why, in one line
+        return
+    with torch.device("meta"):  # shapes only: nothing allocated, no weights read
+        model = AutoModelForCausalLM.from_config(config)
+    params = sum(p.numel() for p in model.parameters())
+    world = WORLD if "LOCAL_RANK" in os.environ else torch.cuda.device_count()  # relaunched(): all
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    gib = torch.cuda.get_device_properties(local).total_memory / 2**30
+    shards = 16 * params / world / 2**30
+    vllm = args.vllm_mem * gib if args.rollout == "vllm" else 0.0
+    if shards + vllm <= gib:
+        return
+    fits = math.floor(100 * (gib - shards) / gib) / 100  # the largest --vllm-mem beside the shards
+    lower = f"--vllm-mem {fits}, " if vllm and fits * gib > 2 * params / 2**30 else ""  # bf16 fits
+    message = (f"error: {args.model} has {params / 1e9:.2f}B parameters: 16 bytes each (fp32 "
+               f"weights, gradients, AdamW) over {world} GPU(s) is {shards:.0f} GiB per GPU, plus "
+               f"vLLM's --vllm-mem {args.vllm_mem} x {gib:.0f} GiB: {shards + vllm:.0f} GiB > "
+               f"{gib:.0f} GiB. Use {lower}more GPUs (torchrun --nnodes N ...) or a smaller "
+               "--model")
+    sys.exit(message if RANK == 0 else 1)  # every rank stops; one says why
+
 def all_reduce(values, op="sum"):
     """Each number summed (or its minimum taken) over all ranks."""
     t = torch.tensor(values, dtype=torch.float64)
@@ -888,6 +918,7 @@ def main():
     if args.model == build_parser().get_default("model") and not torch.cuda.is_available():
         sys.exit(f"error: {args.model} needs GPUs (about 120 GB of fp32 weights, gradients and AdamW state); "
                  "on this machine try --model tiny")
+    check_gpu_memory(args)
     if not relaunched():
         train(args)
 

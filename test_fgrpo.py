@@ -624,6 +624,42 @@ def test_headline_command_on_a_machine_without_a_gpu_is_one_line(tmp_path):
     assert not (tmp_path / "runs").exists()  # said before loading or writing anything
 
 
+def _qwen25_7b_parameters():  # by hand from Qwen2.5-7B's shapes (its config.json), biases on q, k, v
+    vocab, hidden, mlp, layers, kv = 152064, 3584, 18944, 28, 4 * 128
+    attention = (hidden * hidden + hidden) + 2 * (hidden * kv + kv) + hidden * hidden
+    return 2 * vocab * hidden + layers * (attention + 3 * hidden * mlp + 2 * hidden) + hidden
+
+
+def test_a_model_the_gpus_cannot_hold_is_refused_in_one_line_before_loading(tmp_path, monkeypatch):
+    from transformers import Qwen2Config
+    Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False
+                ).save_pretrained(tmp_path / "qwen7b")  # the config alone: no weights to load
+    gpus = [1]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus[0])
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: type("Props", (), {"total_memory": 80 * 2**30}))
+    monkeypatch.setattr(fgrpo, "relaunched", lambda: True)  # past the check: as if re-launched
+    monkeypatch.setattr(fgrpo, "load_policy", None)  # nothing may be loaded
+    monkeypatch.setattr(sys, "argv", ["fgrpo.py", "--model", str(tmp_path / "qwen7b"), "--rollout", "vllm"])
+    with pytest.raises(SystemExit) as e:
+        fgrpo.main()
+    message = str(e.value.code)
+    params = _qwen25_7b_parameters()
+    per_gpu = 16 * params / 2**30  # one GPU: FSDP2 shards nothing
+    assert "\n" not in message and f"{params / 1e9:.2f}B parameters" in message
+    assert f"is {per_gpu:.0f} GiB per GPU" in message and f"{per_gpu + 40:.0f} GiB > 80 GiB" in message
+    assert "Use more GPUs" in message and "smaller --model" in message  # the shards alone overflow
+    gpus[0] = 2  # 57 GiB of shards: vLLM's share must shrink to what is left, and still hold 14 GiB
+    with pytest.raises(SystemExit) as e:
+        fgrpo.main()
+    lower = math.floor(100 * (80 - per_gpu / 2) / 80) / 100
+    assert f"Use --vllm-mem {lower}, more GPUs" in str(e.value.code)
+    gpus[0] = 8  # 14 GiB of shards + 40 GiB of vLLM: it fits, and main goes on to the re-launch
+    assert fgrpo.main() is None
+
+
 def test_unreachable_model_or_dataset_is_one_line(tmp_path, monkeypatch):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, str(HERE / "fgrpo.py"), "--model", "no-such-org/no-such-model",
