@@ -22,6 +22,7 @@ multi-GPU -> rollout -> the training step -> checkpoints -> the loop -> main.
 """
 import argparse, atexit, contextlib, functools, importlib.util, json, logging, math, os, random, shutil, signal
 import multiprocessing as mp, sys, time, warnings
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -861,7 +862,10 @@ def log_step(m, log_path, run):
         run.log(m, step=m["step"])
 
 def train(args):
-    device = init_distributed()
+    # Rank 0 alone downloads the model (15 GB for a 7B) and writes each checkpoint (30 GB of fp32
+    # weights) while the others wait in a collective: torch's 30 minutes pass at 17 MB/s, 2 hours
+    # at 4 MB/s. torchrun ends every rank when one dies, so this bounds only a true hang.
+    device = init_distributed(timeout=timedelta(hours=2))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.resume != (out / "latest").exists():

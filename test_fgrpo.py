@@ -660,6 +660,22 @@ def test_a_model_the_gpus_cannot_hold_is_refused_in_one_line_before_loading(tmp_
     assert fgrpo.main() is None
 
 
+def test_training_collectives_wait_out_rank_0_writing_a_7b_checkpoint(tmp_path, monkeypatch):
+    args = fgrpo.parse_args(["--model", "tiny", "--out", str(tmp_path / "run")])
+    seen = {}
+
+    def init_process_group(backend, **kwargs):
+        seen.update(kwargs)
+        raise InterruptedError  # stop there: the group's options are what this test reads
+
+    monkeypatch.setattr(fgrpo, "WORLD", 2)
+    monkeypatch.setattr(torch.distributed, "init_process_group", init_process_group)
+    with pytest.raises(InterruptedError):
+        fgrpo.train(args)
+    # the other ranks wait while rank 0 alone writes 30 GB of fp32 weights: at 5 MB/s, 6,000 s
+    assert seen["timeout"].total_seconds() >= 30e9 / 5e6
+
+
 def test_unreachable_model_or_dataset_is_one_line(tmp_path, monkeypatch):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, str(HERE / "fgrpo.py"), "--model", "no-such-org/no-such-model",
