@@ -510,6 +510,10 @@ def relaunched():
     if torch.cuda.device_count() < 2 or "LOCAL_RANK" in os.environ:
         return False
     from torch.distributed import run as torchrun
+    # torchrun gives every rank OMP_NUM_THREADS=1 unless it is set: collation and tokenisation want
+    # this node's cores shared out by GPU
+    cores = len(os.sched_getaffinity(0)) // torch.cuda.device_count()
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores)))
     launch = torchrun.parse_args(["--standalone", f"--nproc-per-node={torch.cuda.device_count()}", sys.argv[0]])
     launch.training_script_args = sys.argv[1:]
     torchrun.run(launch)  # raises if a rank failed

@@ -676,6 +676,26 @@ def test_training_collectives_wait_out_rank_0_writing_a_7b_checkpoint(tmp_path, 
     assert seen["timeout"].total_seconds() >= 30e9 / 5e6
 
 
+def test_the_torchrun_relaunch_gives_each_rank_its_share_of_the_cores(monkeypatch):
+    from torch.distributed import run as torchrun
+    ranks = []
+
+    def run(launch):  # torchrun's own set-up, then what each rank would get
+        config = torchrun.config_from_args(launch)[0]
+        ranks.append((config.nproc_per_node, os.environ["OMP_NUM_THREADS"]))
+
+    monkeypatch.setattr(torchrun, "run", run)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "")  # so that teardown restores the variable's state
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert fgrpo.relaunched()
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice stands
+    assert fgrpo.relaunched()
+    assert ranks == [(4, "16"), (4, "3")]  # without the default, torchrun would have set "1"
+
+
 def test_unreachable_model_or_dataset_is_one_line(tmp_path, monkeypatch):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, str(HERE / "fgrpo.py"), "--model", "no-such-org/no-such-model",
