@@ -18,6 +18,7 @@ import datetime
 import glob
 import hashlib
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -152,6 +153,10 @@ def load_engine(args):
     its own seed: its completions do not depend on its batch (on a GPU, up to floating-point noise)."""
     if not args.model:
         sys.exit(f"error: {args.out} has problems without samples: pass --model")
+    # as fgrpo.start_vllm: the engine core in this process, not spawned after CUDA is initialised
+    # (external_launcher requires it too), and 1 GiB of KV cache on vLLM's CPU build
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     try:
         from vllm import LLM, SamplingParams
     except ImportError:  # transformers below; tests force this with sys.modules["vllm"] = None

@@ -779,6 +779,27 @@ def _records(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def test_eval_starts_vllm_in_its_own_process_as_training_does(tmp_path, monkeypatch):
+    seen = {}
+
+    class LLM:  # records the environment vLLM reads when an engine is created
+        def __init__(self, **kwargs):
+            seen.update({k: os.environ.get(k) for k in ("VLLM_ENABLE_V1_MULTIPROCESSING",
+                                                         "VLLM_CPU_KVCACHE_SPACE")})
+
+        def get_tokenizer(self):
+            return None
+
+    monkeypatch.setitem(sys.modules, "vllm", type(sys)("vllm"))
+    monkeypatch.setattr(sys.modules["vllm"], "LLM", LLM, raising=False)
+    monkeypatch.setattr(sys.modules["vllm"], "SamplingParams", dict, raising=False)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # vLLM's default: a spawned engine core
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "")  # so that teardown restores the variable's state
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
+    evaluator.load_engine(evaluator.build_parser().parse_args(["--model", "m", "--out", str(tmp_path)]))
+    assert seen == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
 def test_eval_pass_at_k_against_enumeration():
     from itertools import combinations
     for n in range(1, 8):
