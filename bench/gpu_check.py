@@ -29,7 +29,8 @@ compute over fp32 masters on a GPU):
 On a node with more GPUs it re-launches itself under torchrun (fgrpo.relaunched): FSDP2 trains at
 that world size and every rank runs its own vLLM engine; the loop runs on rank 0's GPU; rank 0
 reports. On a CPU a gloo group of one stands in for the GPU's (`torchrun --nproc_per_node 2
-bench/gpu_check.py --device cpu --small`: two). Needs torch, transformers, tqdm; vLLM is optional.
+bench/gpu_check.py --device cpu --small`: two). Needs torch, transformers, tqdm and, for the loop,
+math-verify; vLLM is optional.
 """
 import argparse
 import importlib.util
