@@ -133,7 +133,7 @@ def logprob_pass(model, device, ids, side):
         lp = fgrpo.token_logprobs(model, ids, attn)
     else:
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
-        top = logits.abs().max().item()
+        top = max(logits.max().item(), -logits.min().item())  # no second logits-sized tensor
         lp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     lp.sum().backward()
     sync(device)
@@ -347,6 +347,7 @@ sys.path.insert(0, sys.argv.pop(1))
 base = Path(sys.argv.pop(1))
 import fgrpo
 torch.use_deterministic_algorithms(True)  # deterministic kernels (CUDA: SDPA's backward too)
+torch.backends.cudnn.deterministic = True
 if not torch.cuda.is_available():  # a gloo group of one: FSDP2 on a CPU, as on one GPU
     torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
                                          world_size=1)
@@ -366,10 +367,13 @@ fgrpo.main()
 
 def loop_env(device):
     """The environment of the loop's fgrpo runs: a process of one on this rank's GPU, cuBLAS in its
-    deterministic workspace configuration (what torch's deterministic mode asks for on CUDA)."""
+    deterministic workspace configuration (what torch's deterministic mode asks for on CUDA), and
+    half the cores each, since two run side by side (on 2 shared cores, 2 threads each made the
+    loop 10 times slower)."""
     env = {k: v for k, v in os.environ.items()
            if k not in TORCHRUN_VARS and not k.startswith("TORCHELASTIC")}
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // 2)))
     if device.type == "cuda":
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
