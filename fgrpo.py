@@ -125,7 +125,7 @@ def parse_args(argv=None):
     if args.rollout is None and not importlib.util.find_spec("vllm") and RANK == 0:
         print("warning: vLLM is not installed (make install): sampling with transformers' generate()")
     args.rollout = args.rollout or ("vllm" if importlib.util.find_spec("vllm") else "hf")
-    # generate() under FSDP2 gathers every layer for every token: hours per step, except for the demo
+    # generate() under FSDP2 gathers every layer for every token: hours per step, but for the demo
     if args.rollout == "hf" and torch.cuda.is_available() and args.model != "tiny":
         err("--rollout hf on GPUs would take hours per step under FSDP2: pip install vllm==0.32.0")
     return args
@@ -490,6 +490,11 @@ def format_prompt(tok, problem):
 # Multi-GPU: torchrun starts one process per GPU (RANK, WORLD_SIZE); prompts are split by rank and
 # FSDP2 shards weights, gradients and AdamW state, on one GPU too. One CPU process: the plain model.
 # ----------------------------------------------------------------------------
+# How long training's collectives wait: rank 0 alone downloads the model (15 GB for a 7B) and writes
+# each checkpoint (30 GB of fp32 weights) while the others wait in one. torch's 30 minutes pass at
+# 17 MB/s, 2 hours at 4 MB/s; torchrun ends every rank when one dies, so this bounds only a hang.
+TRAIN_TIMEOUT = timedelta(hours=2)
+
 def init_distributed(timeout=None):
     """This rank's device. Joins torchrun's process group when there are several ranks (`timeout`: how long
     a collective waits), and on a GPU makes a group of one too: one GPU trains as eight do, FSDP2's bf16."""
@@ -866,10 +871,7 @@ def log_step(m, log_path, run):
         run.log(m, step=m["step"])
 
 def train(args):
-    # Rank 0 alone downloads the model (15 GB for a 7B) and writes each checkpoint (30 GB of fp32
-    # weights) while the others wait in a collective: torch's 30 minutes pass at 17 MB/s, 2 hours
-    # at 4 MB/s. torchrun ends every rank when one dies, so this bounds only a true hang.
-    device = init_distributed(timeout=timedelta(hours=2))
+    device = init_distributed(TRAIN_TIMEOUT)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.resume != (out / "latest").exists():
