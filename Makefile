@@ -38,20 +38,21 @@ parity:  ## fgrpo's advantages and losses against verl's and TRL's own code, imp
 		echo "$(PARITY_PKGS)" > $(PARITY_DEPS)/.installed; }
 	$(PYTHON) bench/parity.py --deps $(PARITY_DEPS)
 
-# math-verify and its two dependencies, pure-Python wheels, for a GPU machine without internet (Python 3.12 there)
+# math-verify and its two dependencies: pure-Python wheels for a GPU machine without internet
 WHEELS = bench/wheels
 MATH_VERIFY = math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2
 SITE = $(abspath $(WHEELS))/site
 
-gpu-wheels:  ## where PyPI is reachable: math-verify's wheels into bench/wheels, to take along to the GPU machine
-	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d $(WHEELS) $(MATH_VERIFY)
+gpu-wheels:  ## where PyPI is reachable: math-verify's wheels into bench/wheels, to take along
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d $(WHEELS) \
+		$(MATH_VERIFY)
 
-gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): five parts, bench/gpu_results.json, about 4 minutes
-	@# math-verify, where this Python lacks it, from bench/wheels into bench/wheels/site: beside the machine's
-	@# packages (its sympy), not into them; the loop part says so if neither is there
+gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): bench/gpu_results.json, ~4 minutes
+	@# math-verify, where this Python lacks it, from bench/wheels into bench/wheels/site: beside
+	@# the machine's packages (its sympy), not into them; the loop part says so if neither is there
 	@PYTHONPATH=$(SITE) $(PYTHON) -c "import math_verify" 2>/dev/null || \
 		$(PYTHON) -m pip install -q --no-index --find-links $(WHEELS) --no-deps --target $(SITE) \
-		$(MATH_VERIFY) || echo "note: no math-verify wheels in $(WHEELS): make gpu-wheels where PyPI is reachable"
+		$(MATH_VERIFY) || echo "note: no math-verify wheels in $(WHEELS): run make gpu-wheels"
 	PYTHONPATH=$(SITE)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu_check.py
 
 clean:

@@ -624,7 +624,7 @@ def test_headline_command_on_a_machine_without_a_gpu_is_one_line(tmp_path):
     assert not (tmp_path / "runs").exists()  # said before loading or writing anything
 
 
-def _qwen25_7b_parameters():  # by hand from Qwen2.5-7B's shapes (its config.json), biases on q, k, v
+def _qwen25_7b_parameters():  # by hand from Qwen2.5-7B's config.json shapes; q, k, v have biases
     vocab, hidden, mlp, layers, kv = 152064, 3584, 18944, 28, 4 * 128
     attention = (hidden * hidden + hidden) + 2 * (hidden * kv + kv) + hidden * hidden
     return 2 * vocab * hidden + layers * (attention + 3 * hidden * mlp + 2 * hidden) + hidden
@@ -642,14 +642,16 @@ def test_a_model_the_gpus_cannot_hold_is_refused_in_one_line_before_loading(tmp_
                         lambda i: type("Props", (), {"total_memory": 80 * 2**30}))
     monkeypatch.setattr(fgrpo, "relaunched", lambda: True)  # past the check: as if re-launched
     monkeypatch.setattr(fgrpo, "load_policy", None)  # nothing may be loaded
-    monkeypatch.setattr(sys, "argv", ["fgrpo.py", "--model", str(tmp_path / "qwen7b"), "--rollout", "vllm"])
+    argv = ["fgrpo.py", "--model", str(tmp_path / "qwen7b"), "--rollout", "vllm"]
+    monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as e:
         fgrpo.main()
     message = str(e.value.code)
     params = _qwen25_7b_parameters()
     per_gpu = 16 * params / 2**30  # one GPU: FSDP2 shards nothing
     assert "\n" not in message and f"{params / 1e9:.2f}B parameters" in message
-    assert f"is {per_gpu:.0f} GiB per GPU" in message and f"{per_gpu + 40:.0f} GiB > 80 GiB" in message
+    assert f"is {per_gpu:.0f} GiB per GPU" in message
+    assert f"{per_gpu + 40:.0f} GiB > 80 GiB" in message
     assert "Use more GPUs" in message and "smaller --model" in message  # the shards alone overflow
     gpus[0] = 2  # 57 GiB of shards: vLLM's share must shrink to what is left, and still hold 14 GiB
     with pytest.raises(SystemExit) as e:
@@ -793,10 +795,11 @@ def test_eval_starts_vllm_in_its_own_process_as_training_does(tmp_path, monkeypa
     monkeypatch.setitem(sys.modules, "vllm", type(sys)("vllm"))
     monkeypatch.setattr(sys.modules["vllm"], "LLM", LLM, raising=False)
     monkeypatch.setattr(sys.modules["vllm"], "SamplingParams", dict, raising=False)
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # vLLM's default: a spawned engine core
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "")  # so that teardown restores the variable's state
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # vLLM's default: a spawned core
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "")  # so that teardown restores its state
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
-    evaluator.load_engine(evaluator.build_parser().parse_args(["--model", "m", "--out", str(tmp_path)]))
+    args = evaluator.build_parser().parse_args(["--model", "m", "--out", str(tmp_path)])
+    evaluator.load_engine(args)
     assert seen == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
