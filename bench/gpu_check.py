@@ -10,7 +10,7 @@ randomly initialised Qwen2 of Qwen2.5-0.5B's shape (24 layers, hidden 896, Qwen'
 vocabulary), built in code, placed as fgrpo.train places it (FSDP2, at world size 1 too: bf16
 compute over fp32 masters on a GPU):
 1. logprobs: fgrpo.token_logprobs against log_softmax(logits).gather, value (to a bf16 bound:
-   see LOGPROB_TOLERANCE) and peak memory of forward + backward;
+   see logprob_tolerance) and peak memory of forward + backward;
 2. train: fgrpo.train_step on a synthetic rollout batch with log-normal completion lengths: the
    loss is finite and the weights move; tokens/s, MFU against the GPU's bf16 dense peak, pad_frac;
 3. rollout: where vLLM is installed, the loop's weight sync in run_step's order: sleep(level=2)
@@ -63,17 +63,11 @@ QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                   tie_word_embeddings=True)
 QWEN25_7B = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                  num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False)
-QWEN25_7B_PARAMS = 7_615_616_512  # its model card's count
+QWEN25_7B_PARAMS = 7_615_616_512  # counted by hand from these shapes, as test_fgrpo.py does
 # head_dim 64: vLLM's CPU attention takes it
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=1,
              num_key_value_heads=1, tie_word_embeddings=True)
 LOOP_STEPS = 20  # the demo learns visibly in 20 steps (docs/verified-where.md has a CPU run's rise)
-# Where two log-prob paths differ only in how a bf16 lm_head matmul is tiled (on CUDA, FSDP2 runs
-# it in bf16; cuBLAS picks kernels by shape), a logit can round to the neighbouring bf16 value: one
-# ulp, at most eps_bf16 * |logit| (eps = 2^-7, 0.004 at logit 0.6). The token's logit and the
-# log-sum-exp (1-Lipschitz in the logits) each move by at most that: |diff| <= 2 eps max|logit|.
-# fp32 (a CPU) keeps the fixed 1e-4 floor, which also covers the fp32 log-softmax's own rounding.
-LOGPROB_TOLERANCE = "2 * eps(compute dtype) * max|logit| + 1e-4"
 # vLLM (bf16, its own fused kernels) against the trainer (bf16 through FSDP2) on the same bf16
 # weights. On this model shape (random Qwen2.5-0.5B, 4 prompts x 16 greedy tokens) bf16 against
 # fp32 log-probs differed by 0.033 at most and 0.010 on average (measured on a CPU); two bf16 paths
@@ -121,6 +115,15 @@ def compute_dtype(device):
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
+def logprob_tolerance(dtype, max_logit):
+    """How far fgrpo's and the naive log-probs may differ. The two paths differ only in how the
+    lm_head matmul is tiled (on CUDA FSDP2 runs it in bf16, and cuBLAS picks kernels by shape), so
+    a logit can round to the neighbouring bf16 value: one ulp, at most eps * |logit| (bf16: eps =
+    2^-7, 0.004 at logit 0.6). The token's logit and the log-sum-exp (1-Lipschitz in the logits)
+    each move by at most that. In fp32 (a CPU) the 1e-4 floor covers the log-softmax's rounding."""
+    return 2 * torch.finfo(dtype).eps * max_logit + 1e-4
+
+
 def logprob_pass(model, device, ids, side):
     """Forward + backward of the naive or fgrpo's log-probs: (log-probs, max |logit|, figures)."""
     attn = torch.ones_like(ids)
@@ -150,7 +153,7 @@ def part_logprobs(model, device, batch, seq):
     out_fgrpo = logprob_pass(model, device, ids, "fgrpo")[2]  # timed after a warm-up of its own
     model.zero_grad(set_to_none=True)
     diff = (ours - naive).abs().max().item()
-    tolerance = 2 * torch.finfo(compute_dtype(device)).eps * top + 1e-4  # LOGPROB_TOLERANCE
+    tolerance = logprob_tolerance(compute_dtype(device), top)
     ratio = out_fgrpo["peak_mb"] / out_naive["peak_mb"] if device.type == "cuda" else None
     result = {"shape": [batch, seq], "max_abs_diff": diff, "tolerance": tolerance,
               "max_abs_logit": top, "memory_ratio": ratio, "naive": out_naive, "fgrpo": out_fgrpo}
