@@ -1112,7 +1112,7 @@ def test_eval_starts_vllm_in_its_own_process_as_training_does(tmp_path, monkeypa
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "")  # so that teardown restores its state
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
     args = evaluator.build_parser().parse_args(["--model", "m", "--out", str(tmp_path)])
-    evaluator.load_engine(args)
+    evaluator.load_sampler(args)
     assert seen == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
