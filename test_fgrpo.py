@@ -1424,7 +1424,7 @@ def test_see_it_happen_quick_figures_match_an_independent_recomputation(tmp_path
                 _see_paired([t[mix][a0][-1][key] - t[mix][name("dapo", 0.0, best)][-1][key]
                              for t in traj], w)
         assert set(want["others"]) == ({"grpo", "cispo"} if mix == "tie" else set())
-    _see_report(out, summary, seeds, tmp_path / "w", cfg)
+    _see_report(out, summary, seeds, Path(cfg["work"]), cfg)  # --quick's own work folder
 
 
 def _see_exact_section(traj, mix, want, name, lr, g, cfg):

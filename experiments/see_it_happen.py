@@ -25,9 +25,10 @@ is worth more. docs/why-focal.md derives both objectives; experiments/two_strate
 
 Arms, all from the same warm-started model per seed, through fgrpo.train (its sampler, optimiser,
 losses and checkpoints; --rollout hf): the base algorithm (--algo, DAPO) at every --lrs and
---gammas (0: the base; 0.5, 1: F) with N = --n; then at the frontier's best lr, the same gammas with
-the exact expected update (every completion of the answer space, weighted by its probability: the
-limit N -> infinity), and the --others algorithms at gamma 0 and their paper gamma.
+--gammas (0: the base; 0.5, 1: F) with N = --n; then at the frontier's best lr (the lr whose
+gamma-0 run ends highest in mean (pass@1 + pass@k) / 2), --exact-gammas with the exact expected
+update (every completion of the answer space, weighted by its probability: the limit N ->
+infinity), and, in the first mix, the --others algorithms at gamma 0 and their paper gamma.
 
 Measured exactly every --measure-every steps on --heldout prompts, from fgrpo.token_logprobs over
 the whole answer space (answer_completions): the first and the last digit's mass per prompt, hence
@@ -42,9 +43,7 @@ only, fgrpo.rollout and fgrpo.group_advantages are replaced (exact_update_patche
 """
 import argparse
 import contextlib
-import copy
 import json
-import math
 import multiprocessing
 import os
 import random
