@@ -1397,11 +1397,10 @@ def test_see_it_happen_quick_figures_match_an_independent_recomputation(tmp_path
                 assert all(0 <= f and 0 <= la and f + la <= 1 + 1e-6 for p in rec["curve"]
                            for f, la in zip(p["first"], p["last"]))
     for mix, want in summary["mixes"].items():
-        ends = {lr: np.mean([(t[mix][name("dapo", 0.0, lr)][-1]["pass@1"] +
-                              t[mix][name("dapo", 0.0, lr)][-1][f"pass@{k}"]) / 2 for t in traj])
-                for lr in lrs}
+        stable = [lr for lr in lrs if min(p["listed"] for s in seeds for p in
+                                          s["arms"][mix][name("dapo", 0.0, lr)]["curve"]) >= 0.9]
         best = want["best_lr"]
-        assert best == summary["best_lr"][mix] == max(ends, key=ends.get)
+        assert best == summary["best_lr"][mix] == (stable[-1] if stable else min(lrs))
         for arm, stats in want["final"].items():
             rows = [t[mix][arm if arm != "base" else name("dapo", 0.0, best)][-1 if arm != "base"
                                                                               else 0] for t in traj]
