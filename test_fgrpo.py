@@ -1424,6 +1424,9 @@ def test_see_it_happen_quick_figures_match_an_independent_recomputation(tmp_path
                              for t in traj], w)
         assert set(want["others"]) == ({"grpo", "cispo"} if mix == "tie" else set())
     _see_report(out, summary, seeds, Path(cfg["work"]), cfg)  # --quick's own work folder
+    md = (out / "see_it_happen_quick.md").read_text()
+    see.main(["--quick", "--report-only", "--out", str(out)])  # the report again, from the JSON
+    assert (out / "see_it_happen_quick.md").read_text() == md
 
 
 def _see_exact_section(traj, mix, want, name, lr, g, cfg):

@@ -104,6 +104,8 @@ def parse_args(argv=None):
     a("--out", type=Path, default=ROOT / "experiments" / "results", help="results folder")
     a("--name", default="see_it_happen", help="prefix of the result files")
     a("--quick", action="store_true", help="miniature: 3 seeds, 2 lrs, 6 steps, small batches")
+    a("--report-only", action="store_true", help="rebuild OUT/NAME.md and .png from OUT/NAME.json "
+      "(its settings, runs and wall time) without training")
     args = p.parse_args(argv)
     if args.quick:
         quick = dict(seeds=3, lrs=[1e-4, 1e-3], gammas=[0.0, 1.0], exact_gammas=[0.0, 1.0], steps=6,
@@ -744,9 +746,10 @@ def markdown(summary, args, wall):
     return "\n".join(lines) + "\n"
 
 
-def mean_path(paths, keys):
-    """The step-by-step mean over seeds of trajectories measured at the same steps."""
-    return [[statistics.fmean(p[i][key] for p in paths) for i in range(len(paths[0]))]
+def median_path(paths, keys):
+    """The step-by-step median over seeds of trajectories measured at the same steps (a run that
+    breaks down in one seed does not drag the line)."""
+    return [[statistics.median(p[i][key] for p in paths) for i in range(len(paths[0]))]
             for key in keys]
 
 
@@ -760,30 +763,28 @@ def plot(traj, summary, args, path):
         return
     k, mixes = args.k, args.mixes
     colors = {g: f"C{i}" for i, g in enumerate(args.gammas)}
-    fig, axes = plt.subplots(3, len(mixes), figsize=(6 * len(mixes), 14), squeeze=False)
+    fig, axes = plt.subplots(3, len(mixes), figsize=(6.5 * len(mixes), 15), squeeze=False)
     for col, mix in enumerate(mixes):
         lr = summary["mixes"][mix]["best_lr"]
         for g in args.gammas:
             for n, style in ((args.n, "-"), ("exact", "--")):
                 lrs = args.lrs if n == args.n else [lr]
-                for x in lrs:
-                    name = arm_name(args.algo, g, x, n)
-                    if name not in traj[0][mix]:
-                        continue
-                    p1, pk, rare = mean_path([t[mix][name] for t in traj],
-                                             ["pass@1", f"pass@{k}", "rare mass"])
-                    label = f"gamma {g:g}" + (" exact, lr " + f"{x:g}" if n == "exact" else "")
-                    first = x == lrs[0]
-                    axes[0][col].plot(p1, pk, style + ".", color=colors[g], alpha=0.5, lw=1,
-                                      label=label if first else None)
-                    axes[1][col].plot(p1, rare, style + ".", color=colors[g], alpha=0.5, lw=1)
+                for x in [x for x in lrs if arm_name(args.algo, g, x, n) in traj[0][mix]]:
+                    p1, pk, rare = median_path([t[mix][arm_name(args.algo, g, x, n)] for t in traj],
+                                               ["pass@1", f"pass@{k}", "rare mass"])
+                    label = f"gamma {g:g}, " + (f"exact, lr {x:g}" if n == "exact" else
+                                                f"N {n}, every lr")
+                    look = dict(linestyle=style, marker=".", color=colors[g], alpha=0.5, lw=1)
+                    axes[0][col].plot(p1, pk, label=label if x == lrs[0] else None, **look)
+                    axes[1][col].plot(p1, rare, **look)
             plot_mean_frontier(axes[0][col], traj, mix, g, args, colors[g])
-        axes[0][col].set(title=f"{mix}: pass@{k} against pass@1 (mean over seeds; thick: "
-                         "mean frontier)", xlabel="pass@1", ylabel=f"pass@{k}")
-        axes[1][col].set(title=f"{mix}: the rare strategy's mass", xlabel="pass@1",
-                         ylabel="rare mass")
+        axes[0][col].set(title=f"{mix} mix: runs (median over seeds); thick: mean frontier",
+                         xlabel="pass@1", ylabel=f"pass@{k}")
+        axes[1][col].set(title=f"{mix} mix: the rare strategy's mass (median over seeds)",
+                         xlabel="pass@1", ylabel="rare mass")
         axes[0][col].legend(fontsize=7)
         plot_gaps(axes[2][col], summary["mixes"][mix], args)
+        axes[2][col].set_title(f"{mix} mix: F minus gamma 0, pass@{k} at matched pass@1")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -813,13 +814,25 @@ def plot_gaps(ax, res, args):
             ax.errorbar([i + 0.15], [s["mean"]], yerr=err, fmt="s", color="k", capsize=3)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
-    ax.set(title=f"F minus gamma 0: pass@{args.k} at matched pass@1, per seed (mean, 95% CI)",
-           ylabel=f"pass@{args.k} gain")
+    ax.set(ylabel=f"pass@{args.k} gain (dots: seeds; squares: mean, 95% CI)")
 
 
 # ---------------------------------------------------------------- main
+def report_only(args):
+    """The tables and the plot again from a finished run's JSON, with the settings it ran with."""
+    saved = json.loads((args.out / f"{args.name}.json").read_text())
+    ran = argparse.Namespace(**{**saved["config"], "work": Path(saved["config"]["work"]),
+                                "out": args.out})
+    summary = summarise(saved["seeds"], ran, saved["summary"]["best_lr"])
+    (args.out / f"{args.name}.md").write_text(markdown(summary, ran, saved["wall_s"]))
+    plot(trajectories(saved["seeds"], ran), summary, ran, args.out / f"{args.name}.png")
+    return saved
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.report_only:
+        return report_only(args)
     t0 = time.time()
     heldout = make_digits(args.heldout, random.Random(10_000))
     args.work.mkdir(parents=True, exist_ok=True)

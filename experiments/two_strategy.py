@@ -419,10 +419,10 @@ def plot_rare_mass(ax, traj, mix, args, optim):
         for n, style in ((args.n, "-"), ("exact", "--")):
             for lr in args.lrs:
                 path = [t[mix][see.arm_name(args.algo, g, lr, n)] for t in traj]
-                p1, rare = see.mean_path(path, ["pass@1", "rare mass"])
+                p1, rare = see.median_path(path, ["pass@1", "rare mass"])
                 ax.plot(p1, rare, style, color=f"C{i}", alpha=0.6, lw=1,
                         label=f"gamma {g:g}, {n}" if lr == args.lrs[0] else None)
-    ax.set(title=f"{optim}, {mix}: the rare strategy's mass, every lr (mean over seeds)",
+    ax.set(title=f"{optim}, {mix}: the rare strategy's mass, every lr (median, seeds)",
            xlabel="pass@1", ylabel="rare mass")
     ax.legend(fontsize=7)
 
