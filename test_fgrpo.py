@@ -1356,9 +1356,10 @@ def _see_levels(traj, mix, groups, count):
 def _see_compare(traj, mix, base_arms, arms, want, count, k, groups=None):
     levels = _see_levels(traj, mix, groups or [base_arms, arms], count)
     assert np.allclose(levels, want["levels"]) and len(levels) in (0, count)
-    ceil = [max(p["pass@1"] for a in arms for p in t[mix][a]) -
-            max(p["pass@1"] for a in base_arms for p in t[mix][a]) for t in traj]
-    _see_paired(ceil, want["ceiling"])
+    tops = [[max(p["pass@1"] for a in group for p in t[mix][a]) for group in (base_arms, arms)]
+            for t in traj]
+    assert np.allclose(np.mean(tops, axis=0), want["ceilings"], rtol=0, atol=1e-12)
+    _see_paired([b - a for a, b in tops], want["ceiling"])
     if levels:
         _see_paired(_see_gap(traj, mix, base_arms, arms, levels, k), want["gap"], tol=1e-4)
 
@@ -1423,6 +1424,8 @@ def test_see_it_happen_quick_figures_match_an_independent_recomputation(tmp_path
                 _see_paired([t[mix][a0][-1][key] - t[mix][name("dapo", 0.0, best)][-1][key]
                              for t in traj], w)
         assert set(want["others"]) == ({"grpo", "cispo"} if mix == "tie" else set())
+        for arm, clipped in want["clip_frac"].items():
+            assert abs(clipped - np.mean([s["arms"][mix][arm]["clip_frac"] for s in seeds])) < 1e-12
     _see_report(out, summary, seeds, Path(cfg["work"]), cfg)  # --quick's own work folder
     md = (out / "see_it_happen_quick.md").read_text()
     see.main(["--quick", "--report-only", "--out", str(out)])  # the report again, from the JSON

@@ -104,8 +104,8 @@ def parse_args(argv=None):
     a("--out", type=Path, default=ROOT / "experiments" / "results", help="results folder")
     a("--name", default="see_it_happen", help="prefix of the result files")
     a("--quick", action="store_true", help="miniature: 3 seeds, 2 lrs, 6 steps, small batches")
-    a("--report-only", action="store_true", help="rebuild OUT/NAME.md and .png from OUT/NAME.json "
-      "(its settings, runs and wall time) without training")
+    a("--report-only", action="store_true", help="recompute the summary, OUT/NAME.md and .png from "
+      "the runs in OUT/NAME.json (its settings and wall time), without training")
     args = p.parse_args(argv)
     if args.quick:
         quick = dict(seeds=3, lrs=[1e-4, 1e-3], gammas=[0.0, 1.0], exact_gammas=[0.0, 1.0], steps=6,
@@ -567,11 +567,12 @@ def gap_per_seed(traj, mix, base_arms, arms, levels, k):
 def compare(traj, mix, base_arms, arms, args, groups=None):
     """F (arms) against its base (base_arms) at matched pass@1, and their ceilings: paired stats."""
     levels = matched_levels(traj, mix, groups or [base_arms, arms], args.levels)
-    ceilings = [ceiling([t[mix][n] for n in arms]) - ceiling([t[mix][n] for n in base_arms])
-                for t in traj]
+    tops = [(ceiling([t[mix][n] for n in base_arms]), ceiling([t[mix][n] for n in arms]))
+            for t in traj]
     gaps = gap_per_seed(traj, mix, base_arms, arms, levels, args.k) if levels else None
     return {"levels": levels, "gap": gaps and paired_summary(gaps), "gaps": gaps,
-            "ceiling": paired_summary(ceilings)}
+            "ceiling": paired_summary([b - a for a, b in tops]),
+            "ceilings": [statistics.fmean(x) for x in zip(*tops)]}  # mean: base's, arms'
 
 
 FINAL_KEYS = ("pass@1", "pass@{k}", "rare pass@{k}", "rare mass", "M_ret")
@@ -649,6 +650,9 @@ def exact_vs_sampled(traj, mix, args, lr, g):
 def summarise(seeds, args, best):
     traj = trajectories(seeds, args)
     out = {"best_lr": best, "mixes": {m: summarise_mix(traj, m, args, best[m]) for m in args.mixes}}
+    for mix, res in out["mixes"].items():  # the share of tokens clipped, mean over steps and seeds
+        res["clip_frac"] = {arm: statistics.fmean(s["arms"][mix][arm]["clip_frac"] for s in seeds)
+                            for arm in seeds[0]["arms"][mix]}
     checks = [s["check"] for s in seeds if s.get("check")]
     out["check"] = [{"seed": s["seed"], **{f"{w} pass@{k}": s["check"][w][k] for w in
                                             ("sampled", "exact") for k in s["check"]["sampled"]}}
@@ -686,10 +690,12 @@ def mix_markdown(mix, res, args):
              "averaged over the matched levels, and the highest pass@1 reached (ceiling). Paired",
              "over seeds: mean [95% t interval]; tests: paired t p / exact Wilcoxon p, seeds > 0.",
              ""]
-    rows = [[g, ci(c["gap"], 4), tests(c["gap"]), ci(c["ceiling"]), tests(c["ceiling"]),
+    rows = [[g, ci(c["gap"], 4), tests(c["gap"]), "{:.3f} / {:.3f}".format(*c["ceilings"]),
+             ci(c["ceiling"]), tests(c["ceiling"]),
              f"{c['levels'][0]:.3f}-{c['levels'][-1]:.3f}" if c["levels"] else "none"]
             for g, c in res["frontier"].items()]
-    lines += table(["gamma", f"pass@{k} gain", "tests", "ceiling gain", "tests", "levels"], rows)
+    lines += table(["gamma", f"pass@{k} gain", "tests", "ceiling: gamma 0 / F", "ceiling gain",
+                    "tests", "levels"], rows)
     lines += ["", f"At lr {lr:g}: F's gain over gamma 0 at matched pass@1 with N = {args.n} and "
               "with the exact expected update (N -> infinity), on common levels; then F at N = "
               f"{args.n} against the exact gamma 0.", ""]
@@ -717,13 +723,18 @@ def others_markdown(res, args):
              f"gamma 0 (final), and F's gain over gamma 0 at matched pass@1 beside {args.algo}'s.",
              ""]
     rows = []
-    for algo, o in res["others"].items():
+    for algo in [args.algo, *res["others"]]:
+        clipped = res["clip_frac"][arm_name(algo, 0.0, res["best_lr"], args.n)]
+        if algo == args.algo:
+            rows.append([algo, "", "", "", "", "", "", f"{clipped:.2g}"])
+            continue
+        o = res["others"][algo]
         vs = o["base_vs_" + args.algo]
         rows.append([algo, f"{o['gamma']:g}", ci(vs["pass@1"]), ci(vs[f"pass@{k}"]),
                      ci(o["F"]["gap"], 4), tests(o["F"]["gap"]),
-                     ci((o[args.algo + "_F"] or {}).get("gap"), 4)])
+                     ci((o[args.algo + "_F"] or {}).get("gap"), 4), f"{clipped:.2g}"])
     return lines + table(["algo", "gamma", "Δ pass@1", f"Δ pass@{k}", "F gain (its own)", "tests",
-                          f"F gain ({args.algo})"], rows)
+                          f"F gain ({args.algo})", "clip_frac, gamma 0"], rows)
 
 
 def markdown(summary, args, wall):
@@ -823,7 +834,8 @@ def report_only(args):
     saved = json.loads((args.out / f"{args.name}.json").read_text())
     ran = argparse.Namespace(**{**saved["config"], "work": Path(saved["config"]["work"]),
                                 "out": args.out})
-    summary = summarise(saved["seeds"], ran, saved["summary"]["best_lr"])
+    saved["summary"] = summary = summarise(saved["seeds"], ran, saved["summary"]["best_lr"])
+    (args.out / f"{args.name}.json").write_text(json.dumps(saved))
     (args.out / f"{args.name}.md").write_text(markdown(summary, ran, saved["wall_s"]))
     plot(trajectories(saved["seeds"], ran), summary, ran, args.out / f"{args.name}.png")
     return saved

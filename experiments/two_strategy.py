@@ -306,7 +306,7 @@ def markdown(res, args, wall):
     lines = [f"# Two strategies, many prompts: {args.seeds} seeds, {args.steps} steps, "
              f"N = {args.n}",
              "", f"`python experiments/two_strategy.py{' --quick' if args.quick else ''}`: "
-             f"{wall:.0f} s. docs/why-focal.md reads these numbers.", "",
+             f"{wall:.0f} s on 2 shared cores. docs/why-focal.md reads these numbers.", "",
              "## w_N(p) / F'(p): the weight of a prompt solved with probability p at group size N,",
              "relative to the N -> infinity limit (binomial sums of fgrpo.group_advantages)", ""]
     ns = list(next(iter(next(iter(d["weight_ratio"].values())).values())))
