@@ -1753,55 +1753,243 @@ def test_eval_on_two_ranks_equals_one_process_and_resumes_any_kill(tiny_eval, tm
 
 
 # ---------------------------------------------------------------- experiments/see_it_happen.py
+# Recomputed here by other code than the experiment's: loops, dense sampling of the frontiers,
+# scipy's t distribution and a brute-force Wilcoxon over all sign patterns.
+def _see_metrics(point, base, shares, k):
+    p_kind = {"both": [f + l for f, l in zip(point["first"], point["last"])],
+              "rare": point["last"], "common": point["first"]}
+    out = {"pass@1": 0.0, f"pass@{k}": 0.0}
+    for kind, ps in p_kind.items():
+        out["pass@1"] += shares[kind] * sum(ps) / len(ps)
+        out[f"pass@{k}"] += shares[kind] * sum(1 - (1 - p) ** k for p in ps) / len(ps)
+    out[f"rare pass@{k}"] = sum(1 - (1 - p) ** k for p in point["last"]) / len(point["last"])
+    out["rare mass"] = sum(point["last"]) / len(point["last"])
+    out["common mass"] = sum(point["first"]) / len(point["first"])
+    w_last, w_first = shares["both"] + shares["rare"], shares["both"] + shares["common"]
+    lost, held = 0.0, 0.0
+    for i in range(len(base["first"])):
+        lost += w_last * max(0.0, base["last"][i] - point["last"][i])
+        lost += w_first * max(0.0, base["first"][i] - point["first"][i])
+        held += w_last * base["last"][i] + w_first * base["first"][i]
+    out["M_ret"] = 1 - lost / held
+    return out
+
+
+def _see_front(paths, t, k):  # dense sampling of every segment: within |dy| / 4000 of exact
+    ys = [a[f"pass@{k}"] + s / 4000 * (b[f"pass@{k}"] - a[f"pass@{k}"]) for path in paths
+          for a, b in zip(path, path[1:]) for s in range(4001)
+          if a["pass@1"] + s / 4000 * (b["pass@1"] - a["pass@1"]) >= t - 1e-12]
+    return max(ys)
+
+
+def _see_paired(diffs, want, tol=1e-9):  # tol: how far diffs may be from the experiment's
+    from scipy import stats
+    d = np.array(diffs)
+    n, mean = len(d), d.mean()
+    assert want["n"] == n and abs(want["mean"] - mean) <= tol + 1e-12, (want, mean)
+    if n > 1 and d.std() > 1e-6:  # a t test of identical differences is undefined in scipy
+        half = stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / math.sqrt(n)
+        assert abs(want["hi"] - want["lo"] - 2 * half) <= 4 * tol + 1e-6
+        assert abs(want["p_t"] - stats.ttest_1samp(d, 0).pvalue) <= (1e-6 if tol < 1e-6 else 0.05)
+    gaps = np.diff(np.sort(np.abs(d)))
+    if np.abs(d).min() > 10 * tol and (gaps.min() if n > 1 else 1) > 10 * tol:  # ranks settled
+        assert want["positive"] == int((d > 0).sum())
+        ranks = stats.rankdata(np.abs(d))
+        observed = ranks[d > 0].sum()
+        patterns = [sum(r for r, bit in zip(ranks, f"{m:0{n}b}") if bit == "1")
+                    for m in range(2 ** n)]
+        low = sum(w <= observed + 1e-9 for w in patterns) / len(patterns)
+        high = sum(w >= observed - 1e-9 for w in patterns) / len(patterns)
+        assert abs(want["p_wilcoxon"] - min(1.0, 2 * min(low, high))) < 1e-9
+
+
+def _see_gap(traj, mix, base_arms, arms, levels, k):
+    return [sum(_see_front([t[mix][a] for a in arms], x, k) -
+                _see_front([t[mix][a] for a in base_arms], x, k) for x in levels) / len(levels)
+            for t in traj]
+
+
+def _see_levels(traj, mix, groups, count):
+    lo = max(t[mix][groups[0][0]][0]["pass@1"] for t in traj)
+    hi = min(max(p["pass@1"] for a in g for p in t[mix][a]) for t in traj for g in groups)
+    return [lo + (hi - lo) * i / (count - 1) for i in range(count)] if hi > lo else []
+
+
+def _see_compare(traj, mix, base_arms, arms, want, count, k, groups=None):
+    levels = _see_levels(traj, mix, groups or [base_arms, arms], count)
+    assert np.allclose(levels, want["levels"]) and len(levels) in (0, count)
+    tops = [[max(p["pass@1"] for a in group for p in t[mix][a]) for group in (base_arms, arms)]
+            for t in traj]
+    assert np.allclose(np.mean(tops, axis=0), want["ceilings"], rtol=0, atol=1e-12)
+    _see_paired([b - a for a, b in tops], want["ceiling"])
+    if levels:
+        _see_paired(_see_gap(traj, mix, base_arms, arms, levels, k), want["gap"], tol=1e-4)
+
+
 @slow
-def test_see_it_happen_quick_figures_match_an_independent_recomputation(tmp_path):
-    # --quick: DAPO at gamma 0, 0.5 and gamma 0 at lr x focal_mean, one seed, through fgrpo.train and
-    # eval.py. Every figure it writes is recomputed here from the saved counts and probabilities.
-    spec = importlib.util.spec_from_file_location("see_it_happen", HERE / "experiments" / "see_it_happen.py")
-    see = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(see)
-    assert see.answer_set_verify(["\\boxed{7}", "\\boxed{3}\\boxed{0}", "7", "\\boxed{ 7 }"], ["0, 7"] * 4) == \
-        [1.0, 1.0, 0.0, 1.0]  # the last box counts, exact match after strip, no box scores 0
-    verify = fgrpo.verify
-    res = see.main(["--quick", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")])
-    assert fgrpo.verify is verify and sys.modules.get("vllm", "absent") is not None  # put back as they were
-    saved = json.loads((tmp_path / "out" / "see_it_happen_quick.json").read_text())
-    assert (tmp_path / "out" / "see_it_happen_quick.md").read_text().count("\n| dapo_") == 5  # 3 arms, 2 tests
-    if importlib.util.find_spec("matplotlib"):
-        assert all((tmp_path / "out" / f"see_it_happen_quick_{p}.png").stat().st_size > 10_000 for p in ("passk", "mass"))
+def test_see_it_happen_quick_figures_match_an_independent_recomputation(tmp_path, monkeypatch):
+    # --quick: 3 seeds, DAPO at 2 lrs x gamma 0 and 1 in both mixes, the exact update, GRPO and
+    # CISPO, eval.py's cross-check; all through fgrpo.train. Every reported figure is recomputed.
+    monkeypatch.syspath_prepend(str(HERE / "experiments"))
+    see = importlib.import_module("see_it_happen")
+    assert see.answer_set_verify(["\\boxed{7}", "\\boxed{3}\\boxed{0}", "7", "\\boxed{ 7 }"],
+                                 ["0, 7"] * 4) == [1.0, 1.0, 0.0, 1.0]  # the last box, after strip
+    touched = ("verify", "run_step", "rollout", "group_advantages")
+    before = [getattr(fgrpo, n) for n in touched], signal.getsignal(signal.SIGTERM)
+    vllm = sys.modules.get("vllm", "absent")
+    out = tmp_path / "out"
+    res = see.main(["--quick", "--workers", "1", "--out", str(out), "--work", str(tmp_path / "w")])
+    assert ([getattr(fgrpo, n) for n in touched], signal.getsignal(signal.SIGTERM)) == before
+    assert sys.modules.get("vllm", "absent") is vllm  # put back as they were
+    saved = json.loads((out / "see_it_happen_quick.json").read_text())
     assert saved["summary"] == json.loads(json.dumps(res["summary"]))
-    heldout, seed, cfg = saved["heldout"], saved["seeds"][0], saved["config"]
-    n = cfg["eval_n"]
-    answers = [set(p["answer"].split(", ")) for p in heldout]
-    p0 = seed["p0"]
-    for name, arm in [("base", seed["base"]), *seed["arms"].items()]:
-        assert arm["samples"] == [n] * len(heldout)
-        for k in (1, 2, 4, 8, 16):  # pass@k by math.comb from the saved counts (Chen et al.)
-            want = sum(1 - math.comb(n - c, k) / math.comb(n, k) for c in arm["correct"]) / len(heldout)
-            assert abs(arm["pass@k"][str(k)] - want) < 1e-9, (name, k)
-        probs = arm["probs"]
-        assert all(0 <= x and sum(row) <= 1 + 1e-5 for row in probs for x in row)
-        # correct mass and M_ret (SPEC Sec. 7, over correct answers rare under pi_0) by plain loops
-        mass = sum(sum(row[d] for d in range(10) if str(d) in a) for row, a in zip(probs, answers)) / len(heldout)
-        pairs = [(i, d) for i, a in enumerate(answers) for d in range(10) if str(d) in a and p0[i][d] < cfg["rare_below"]]
-        m_ret = 1 - sum(max(0.0, p0[i][d] - probs[i][d]) for i, d in pairs) / sum(p0[i][d] for i, d in pairs)
-        row = saved["summary"]["arms"][name]
-        assert abs(row["correct_mass"][0] - mass) < 1e-6 and abs(row["m_ret"][0] - m_ret) < 1e-6, name
-        assert abs(row["pass@1"][0] - sum(arm["correct"]) / (n * len(heldout))) < 1e-9
-        assert abs(row["pass@1"][0] - mass) < 0.1  # the exact mass is what sampling sees (sd here ~0.025)
-        if name != "base":  # the last in-run measurement saw the same weights as the saved checkpoint
-            last = arm["curve"][-1]
-            assert last["step"] == cfg["steps"] and abs(last["correct_mass"] - mass) < 1e-4
-            assert abs(last["m_ret"] - m_ret) < 1e-4
-    assert sum(seed["base"]["correct"]) > 0 and any(p["kind"] == "rare" for p in heldout)
-    arms = seed["arms"]
-    assert all(c["focal_mean"] == 1.0 for a in ("dapo_g0", "dapo_g0_lrscaled") for c in arms[a]["curve"])
-    assert 0 < arms["dapo_F"]["focal_mean"] < 1 and arms["dapo_F"]["gamma"] == fgrpo.PAPER_GAMMA["dapo"]
-    assert abs(arms["dapo_g0_lrscaled"]["lr"] - cfg["lr"] * arms["dapo_F"]["focal_mean"]) < 1e-15
-    for (a, b), test in zip([("dapo_g0", "dapo_F"), ("dapo_g0_lrscaled", "dapo_F")], seed["compare"].values()):
-        assert test["k"][0] == 1 and all(0 < p <= 1 for p in test["p"])
-        want = (sum(arms[b]["correct"]) - sum(arms[a]["correct"])) / (n * len(heldout))
-        assert abs(test["delta"][0] - want) < 1e-9  # B minus A at k = 1
+    cfg, seeds, summary = saved["config"], saved["seeds"], saved["summary"]
+    k, lrs, gammas, n = cfg["k"], cfg["lrs"], cfg["gammas"], cfg["n"]
+    shares = {"tie": {"both": 0.6, "rare": 0.2, "common": 0.2},
+              "rare": {"both": 0.6, "rare": 0.4, "common": 0.0}}
+    traj = [{mix: {arm: [{"step": p["step"], **_see_metrics(p, s["base"], shares[mix], k)}
+                         for p in [{"step": 0, **s["base"]}] + rec["curve"]]
+                   for arm, rec in arms.items()} for mix, arms in s["arms"].items()} for s in seeds]
+    name = lambda algo, g, lr, m=n: f"{algo}_g{g:g}_lr{lr:g}_" + (  # noqa: E731
+        "exact" if m == "exact" else f"n{m}")
+    for s in seeds:  # the warm start uses the prompt: each digit's mass varies over prompts
+        assert 0.45 < np.mean(s["base"]["first"]) < 0.8 and 0.01 < np.mean(s["base"]["last"]) < 0.15
+        assert sorted(s["base"]["digit_cv"])[5] > 0.5 and s["base"]["listed"] > 0.95  # median
+        for mix in cfg["mixes"]:
+            for arm, rec in s["arms"][mix].items():
+                assert [p["step"] for p in rec["curve"]] == [3, 6] and 0 <= rec["clip_frac"] <= 1
+                assert all(0 <= f and 0 <= la and f + la <= 1 + 1e-6 for p in rec["curve"]
+                           for f, la in zip(p["first"], p["last"]))
+    for mix, want in summary["mixes"].items():
+        stable = [lr for lr in lrs if min(p["listed"] for s in seeds for p in
+                                          s["arms"][mix][name("dapo", 0.0, lr)]["curve"]) >= 0.9]
+        best = want["best_lr"]
+        assert best == summary["best_lr"][mix] == (stable[-1] if stable else min(lrs))
+        for arm, stats in want["final"].items():
+            rows = [t[mix][arm if arm != "base" else name("dapo", 0.0, best)][-1 if arm != "base"
+                                                                              else 0] for t in traj]
+            for key, (mean, sd) in stats.items():
+                assert abs(mean - np.mean([r[key] for r in rows])) < 1e-9, (mix, arm, key)
+                assert abs(sd - np.std([r[key] for r in rows], ddof=1)) < 1e-9
+        for g in gammas[1:]:
+            sweep = [[name("dapo", x, lr) for lr in lrs] for x in (0.0, g)]
+            _see_compare(traj, mix, *sweep, want["frontier"][f"{g:g}"], cfg["levels"], k)
+            for lr in lrs:
+                for key, w in want["same_lr"][f"{g:g}@{lr:g}"].items():
+                    _see_paired([t[mix][name("dapo", g, lr)][-1][key] -
+                                 t[mix][name("dapo", 0.0, lr)][-1][key] for t in traj], w)
+            _see_exact_section(traj, mix, want["exact"][f"{g:g}"], name, best, g, cfg)
+        for algo, o in want["others"].items():
+            g = {"grpo": 0.5, "cispo": 1.0}[algo]
+            a0, af = name(algo, 0.0, best), name(algo, g, best)
+            _see_compare(traj, mix, [a0], [af], o["F"], cfg["levels"], k)
+            for key, w in o["base_vs_dapo"].items():
+                _see_paired([t[mix][a0][-1][key] - t[mix][name("dapo", 0.0, best)][-1][key]
+                             for t in traj], w)
+        assert set(want["others"]) == ({"grpo", "cispo"} if mix == "tie" else set())
+        for arm, clipped in want["clip_frac"].items():
+            assert abs(clipped - np.mean([s["arms"][mix][arm]["clip_frac"] for s in seeds])) < 1e-12
+    _see_report(out, summary, seeds, Path(cfg["work"]), cfg)  # --quick's own work folder
+    md = (out / "see_it_happen_quick.md").read_text()
+    see.main(["--quick", "--report-only", "--out", str(out)])  # the report again, from the JSON
+    assert (out / "see_it_happen_quick.md").read_text() == md
+
+
+def _see_exact_section(traj, mix, want, name, lr, g, cfg):
+    k = cfg["k"]
+    g0n, gn = name("dapo", 0.0, lr), name("dapo", g, lr)
+    g0x, gx = name("dapo", 0.0, lr, "exact"), name("dapo", g, lr, "exact")
+    levels = _see_levels(traj, mix, [[g0n], [gn], [g0x], [gx]], cfg["levels"])
+    assert np.allclose(levels, want["levels"])
+    if levels:
+        gap_n, gap_x = (_see_gap(traj, mix, [a], [b], levels, k) for a, b in ((g0n, gn), (g0x, gx)))
+        _see_paired(gap_n, want["gap_n"], tol=1e-4)
+        _see_paired(gap_x, want["gap_exact"], tol=1e-4)
+        _see_paired([a - b for a, b in zip(gap_n, gap_x)], want["gap_n_minus_exact"], tol=2e-4)
+    _see_compare(traj, mix, [g0x], [gn], want["F_n_vs_exact_base"], cfg["levels"], k)
+
+
+def _see_report(out, summary, seeds, work, cfg):
+    k = str(cfg["k"])
+    for check, s in zip(summary["check"], seeds):  # eval.py's samples against the exact pass@k
+        c = s["check"]
+        kinds = [json.loads(x)["kind"] for x in (work / f"heldout_{c['mix']}.jsonl").read_text()
+                 .splitlines()]
+        final = s["arms"][c["mix"]][c["arm"]]["curve"][-1]
+        ps = [final["last"][i] + final["first"][i] * (kd == "both") if kd != "common" else
+              final["first"][i] for i, kd in enumerate(kinds)]
+        for kk in ("1", k):
+            sampled = np.mean([1 - math.comb(c["n"] - x, int(kk)) / math.comb(c["n"], int(kk))
+                               for x in c["correct"]])
+            assert abs(check[f"sampled pass@{kk}"] - sampled) < 1e-9
+            exact = np.mean([1 - (1 - p) ** int(kk) for p in ps])
+            assert abs(check[f"exact pass@{kk}"] - exact) < 1e-9
+        se = math.sqrt(np.mean(ps) * (1 - np.mean(ps)) / (c["n"] * len(ps)))
+        assert abs(check["sampled pass@1"] - check["exact pass@1"]) < 5 * se + 0.02  # sampling
+    md = (out / "see_it_happen_quick.md").read_text()
+    cis = re.findall(r"[+-]\d\.\d+ \[[+-]\d\.\d+, [+-]\d\.\d+\]", md)
+    assert len(cis) > 20  # every interval the summary holds is in the report, as it rounds it
+    for mix, res in summary["mixes"].items():
+        for g, c in res["frontier"].items():
+            s = c["gap"]
+            assert f"{s['mean']:+.4f} [{s['lo']:+.4f}, {s['hi']:+.4f}]" in md
+    if importlib.util.find_spec("matplotlib"):
+        assert (out / "see_it_happen_quick.png").stat().st_size > 10_000
+
+
+def test_exact_update_arm_advantages_by_hand(monkeypatch):
+    # see_it_happen's N -> infinity arm: every completion of the answer space, advantage
+    # scale * pi_old * (1 - p)^gamma * (R - p) / sqrt(p (1 - p)), p from the same probabilities
+    monkeypatch.syspath_prepend(str(HERE / "experiments"))
+    see = importlib.import_module("see_it_happen")
+    model, tok, _, _ = fgrpo.build_tiny(0, warm_steps=30)
+    patches, group = see.exact_update_patches(tok, 1.0)
+    prompts = [see.prompt_text([3, 1, 4, 5, 9]), see.prompt_text([2, 7, 1, 8, 0])]
+    samples = patches["rollout"](model, tok, None, prompts, group, None, 0)
+    assert len(samples) == 2 * group and group == 30  # 10 digits x ("\\boxed{d}", 2 stutters)
+    texts = tok.batch_decode([c for _, c, _ in samples], skip_special_tokens=True)
+    assert texts[:3] == ["\\boxed{0}", "\\boxed\\boxed{0}", "\\boxed\\boxed\\boxed{0}"]
+    golds = ["3, 9"] * group + ["8"] * group  # both kind, then a gold of neither strategy
+    rewards = torch.tensor(see.answer_set_verify(texts, golds)).view(2, -1)
+    adv = patches["group_advantages"](rewards, 1.0)
+    with torch.no_grad():
+        logp = [(fgrpo.token_logprobs(model, *fgrpo.collate([(p, c)], 0)[:2])[0, len(p) - 1:]).sum()
+                for p, c, _ in samples]
+    pi = torch.stack(logp).exp().view(2, -1)
+    lengths = [len(c) for _, c, _ in samples[:group]]
+    for i in range(2):
+        p = float((pi[i] * rewards[i]).sum())
+        for j in range(group):
+            want = sum(lengths) / lengths[0] * pi[i, j] * (1 - p) * (rewards[i, j] - p) / math.sqrt(
+                p * (1 - p))
+            assert abs(float(adv[i, j]) - float(want)) < 1e-5 * (1 + abs(float(want)))
+
+
+def test_two_strategy_expected_update_and_objective(monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE / "experiments"))
+    two = importlib.import_module("two_strategy")
+    for n, p, gamma in ((6, 0.3, 0.0), (6, 0.8, 1.0), (5, 0.5, 0.5)):  # all 2^n reward patterns
+        total = 0.0
+        for m in range(2 ** n):
+            r = [(m >> j) & 1 for j in range(n)]
+            x = sum(r)
+            if 0 < x < n:
+                std = math.sqrt((x * (n - x) / n) / (n - 1))  # unbiased, as verl
+                a_plus = (1 - x / n) / (std + 1e-6) * (1 - x / n) ** gamma
+                total += p ** x * (1 - p) ** (n - x) * a_plus * x  # each correct sample's share
+        assert abs(two.prompt_weight(p, n, gamma) / (total / (n * p * (1 - p))) - 1) < 1e-6  # fp32
+    assert abs(two.prompt_weight(0.3, 4096, 1.0) / two.prompt_weight(0.3, None, 1.0) - 1) < 2e-3
+    for p in (0.1, 0.5, 0.9):
+        assert abs(two.objective(p, 0.0) - 2 * math.asin(math.sqrt(p))) < 1e-9
+        assert abs(two.objective(p, 0.5) - 2 * math.sqrt(p)) < 1e-9
+        assert abs(two.objective(p, 1.0) - math.asin(math.sqrt(p)) - math.sqrt(p * (1 - p))) < 1e-9
+    assert two.edge_optimum("tie", gamma=0.0) is None and two.edge_optimum("rare", gamma=0.0) == 1.0
+    grid = [i / 1000 for i in range(1, 1000)]
+    for gamma in (0.5, 1.0):  # a grid search of the tie mix's edge: the rare mass b it keeps
+        best = max(grid, key=lambda b: two.objective(b, gamma) + two.objective(1 - b, gamma))
+        assert abs(best - two.edge_optimum("tie", gamma=gamma)) < 2e-3
+    mc, pred, se = two.check_expected_update(0.63, 0.04, "both", 8, 1.0, groups=20_000)
+    assert ((mc - pred).abs() < 5 * se).all()  # E[update] = w_N(p) grad p, by Monte Carlo
 
 
 # ---------------------------------------------------------------- experiments/table1.py; multi-node

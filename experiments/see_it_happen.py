@@ -1,52 +1,55 @@
-"""See it happen: F-GRPO against its base algorithm, through fgrpo.py's own training loop, on a CPU.
+"""See it happen: F-GRPO against its base algorithm through fgrpo.train itself, on a task with the
+paper's structure, where every answer's probability is exact.
 
-The paper's claim (arXiv 2602.06717, Sec. 3-4, App. J): group-relative RL sharpens onto the correct
-answers the policy already samples and loses the rare ones, so pass@k at large k falls while pass@1
-rises; the focal weight g = (1 - X/N)^gamma keeps more of that coverage. Here it is measured on a
-policy whose whole answer space can be enumerated.
+The paper's claim (arXiv 2602.06717, Sec. 3-4): with a small group, group-relative RL sharpens onto
+the correct solutions it samples; a rare correct solution that goes unsampled loses mass, and pass@k
+at large k falls. The focal weight g = (1 - X/N)^gamma is to keep more of it at the same pass@1.
 
-    python experiments/see_it_happen.py              # the grid: 3 algos x (gamma 0, paper's gamma,
-                                                     # gamma 0 at lr x focal_mean) x 3 seeds: 20 min on 2 busy cores
-    python experiments/see_it_happen.py --quick      # DAPO only, 1 seed, 8 steps: under a minute
-    python experiments/see_it_happen.py --seeds 1 --algos cispo --n 16 --prompts 16 --mini-batch 4
+    python experiments/see_it_happen.py           # 10 seeds x 2 mixes: the README gives the time
+    python experiments/see_it_happen.py --quick   # the whole pipeline in miniature
+    python experiments/see_it_happen.py --seeds 3 --mixes tie --lrs 1e-4 3e-4 --workers 1
 
-Task (built in code, offline): fgrpo.build_tiny's 2-layer Qwen2 and byte-level BPE tokenizer, warm
-started (supervised, --warm-steps) to answer "\\boxed{d}" with a skewed prior over the ten digits
-(--prior): digit 0 is the "heuristic" the base model samples most, digits 3-9 a few % each. Each
-problem is a list of digits "(d1,...,d5)=" with an answer SET that the prompt does not reveal:
-  common: {0}                   the heuristic solves it (high success rate: F down-weights it)
-  multi:  {0, r1, r2}           a common and two rare correct answers coexist (M_ret watches r1, r2)
-  rare:   {r}                   one rare correct answer: solved only by sampling it
-(r, r1, r2 drawn from --rare-digits, 7-9). As the policy cannot tell the kinds apart, "always 0" is
-the best pass@1 policy, and keeping 7-9 is what pass@k at large k needs: the paper's trade-off in
-ten actions, behind a real transformer whose parameters all problems share. The answer space is
-enumerated (answer_completions: "\\boxed{d}" then <eos>, and the stutter "\\boxed\\boxed{d}" a
-trained policy picks up), so every answer's probability is exact, by fgrpo.token_logprobs.
+Task. A prompt lists five distinct digits, "(39147)=", and an answer is one digit, "\\boxed{3}".
+Two strategies read the answer off the prompt: copy the first digit (common: the warm start gives
+it about 0.6) and copy the last one (rare: about 0.05); the rest of the mass is spread over all ten
+digits. A problem is of one of three kinds, with its mix's shares (MIXES):
+    both    the first and the last digit are both accepted     (the majority kind)
+    rare    only the last digit is accepted
+    common  only the first digit is accepted
+A problem's kind is fixed, and its digits do not show it (as a math problem does not show whether a
+heuristic works on it): the policy cannot learn it, so a strategy's worth is its share of the
+problems. In the "tie" mix the rare-only and common-only kinds are equally common, so neither
+pass@1 nor GRPO's exact (infinite-N) objective prefers dropping the rare strategy; the common one is
+favoured only by its head start and by what small groups sample. In the "rare" mix the rare strategy
+is worth more. docs/why-focal.md derives both objectives; experiments/two_strategy.py simulates it.
 
-Training is fgrpo.train itself (its optimiser, scheduler, run_step, checkpoints) on `--model tiny`'s
-settings, with two documented patches of fgrpo's module attributes: load_policy returns this task's
-model and problems, and run_step is wrapped to measure the exact answer probabilities every
---measure-every steps (into metrics.jsonl). Rewards and eval.py's scores come from answer_set_verify
-(put in place of fgrpo.verify): 1 if the last \\boxed{...} holds a member of the problem's answer
-set, written "0, 4, 7" (math-verify would compare sets, not membership). eval.py samples with
-transformers (vLLM hidden from it: a tiny model does not need an engine start per arm).
+Arms, all from the same warm-started model per seed, through fgrpo.train (its sampler, optimiser,
+losses and checkpoints; --rollout hf): the base algorithm (--algo, DAPO) at every --lrs and
+--gammas (0: the base; 0.5, 1: F) with N = --n; then at the frontier's best lr (the largest at
+which no seed's gamma-0 run breaks down: best_lrs), --exact-gammas with the exact expected update
+(every completion of the answer space, weighted by its probability: the limit N -> infinity),
+and, in the first mix, the --others algorithms at gamma 0 and their paper gamma.
 
-Arms, per seed and algo (same steps, same sampling seeds, same base model): gamma 0; the paper's
-gamma (fgrpo.PAPER_GAMMA); gamma 0 at lr x the F-run's mean focal_mean ("lr-scaled"), so the
-focal reweighting can be told apart from a smaller step. Measured on the held-out problems:
-exact correct mass, M_ret (SPEC Sec. 7, over the correct answers with pi_0(a) < --rare-below), and
-eval.py's pass@k (n = --eval-n) and its paired --compare test, gamma 0 vs F, per seed.
+Measured exactly every --measure-every steps on --heldout prompts, from fgrpo.token_logprobs over
+the whole answer space (answer_completions): the first and the last digit's mass per prompt, hence
+pass@k = sum over kinds of share * mean_x [1 - (1 - p_kind(x))^k], rare pass@k (on the rare kind),
+the rare strategy's mass, M_ret (SPEC Sec. 7). The seed is the unit: paired differences over seeds,
+95% t intervals, paired t and exact Wilcoxon tests (experiments/paired.py). eval.py's sampled pass@k
+of one model per seed is a cross-check of the exact figures.
+
+fgrpo internals this touches (all restored after a run): fgrpo.verify is answer_set_verify (the
+answer sets are not math-verify's), fgrpo.run_step is wrapped to measure, and, for the exact arms
+only, fgrpo.rollout and fgrpo.group_advantages are replaced (exact_update_patches).
 """
 import argparse
 import contextlib
-import copy
-import importlib
 import json
-import math
+import multiprocessing
 import os
 import random
 import re
 import shutil
+import signal
 import statistics
 import sys
 import time
@@ -56,410 +59,815 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
 import eval as evaluator  # noqa: E402  (eval.py; the alias keeps the builtin eval)
 import fgrpo  # noqa: E402
+from paired import paired_summary  # noqa: E402
 
 DIGITS = [str(d) for d in range(10)]
-KINDS = {"common": 0.5, "multi": 0.25, "rare": 0.25}  # share of the training problems
+KINDS = ("both", "rare", "common")
+MIXES = {"tie": {"both": 0.6, "rare": 0.2, "common": 0.2},
+         "rare": {"both": 0.6, "rare": 0.4, "common": 0.0}}
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     a = p.add_argument
-    a("--algos", nargs="+", default=["dapo", "grpo", "cispo"], choices=sorted(fgrpo.PAPER_EPS), help="base algorithms")
-    a("--seeds", type=int, default=3, help="seeds 0..S-1: base model, data order and sampling")
-    a("--steps", type=int, default=30, help="rollout steps of every arm")
-    a("--lr", type=float, default=3e-5, help="AdamW lr of the gamma-0 and F arms; --model tiny's 3e-4 "
-      "collapses every arm onto the common answer within 8 steps, 1e-4 within 30")
-    a("--n", type=int, default=8, help="group size N")
-    a("--prompts", type=int, default=32, help="prompts per rollout batch")
-    a("--mini-batch", type=int, default=8, help="prompts per optimiser step (--model tiny's)")
-    a("--prior", type=float, nargs=3, default=[0.55, 0.15, 0.10],
-      help="warm-start mass of digits 0, 1, 2; digits 3-9 share the rest equally")
-    a("--warm-steps", type=int, default=150, help="supervised warm-start steps of the base model")
-    a("--rare-digits", default="789", help="the digits rare answers are drawn from (all rare under --prior)")
-    a("--train-problems", type=int, default=2000, help="training problems, kinds drawn with the KINDS shares")
-    a("--heldout", type=int, default=96, help="held-out problems, a third of each kind")
-    a("--rare-below", type=float, default=0.1, help="M_ret counts correct answers with pi_0(a) below this")
-    a("--measure-every", type=int, default=5, help="exact answer probabilities every K steps")
-    a("--eval-n", type=int, default=64, help="eval.py's samples per held-out problem")
-    a("--compare-m", type=int, default=32, help="eval.py --compare's --m (below --eval-n)")
-    a("--compare-iters", type=int, default=20_000, help="eval.py --compare's --iters")
-    a("--threads", type=int, default=1, help="torch CPU threads")
-    a("--work", type=Path, default=ROOT / "runs" / "see_it_happen", help="checkpoints and eval folders")
+    a("--seeds", type=int, default=10, help="seeds 0..S-1: each its own warm start, data, samples")
+    a("--mixes", nargs="+", default=list(MIXES), choices=list(MIXES), help="problem mixes (MIXES)")
+    a("--algo", default="dapo", choices=sorted(fgrpo.PAPER_EPS), help="the frontier's algorithm")
+    a("--others", nargs="*", default=["grpo", "cispo"], choices=sorted(fgrpo.PAPER_EPS),
+      help="algorithms run once at the frontier's best lr, at gamma 0 and their paper gamma")
+    a("--lrs", type=float, nargs="+", default=[1e-5, 3e-5, 1e-4, 3e-4],
+      help="AdamW lrs of the frontier, from 'barely moves' to 'collapses'")
+    a("--gammas", type=float, nargs="+", default=[0.0, 0.5, 1.0], help="focal exponents; 0 first")
+    a("--exact-gammas", type=float, nargs="*", default=[0.0, 0.5, 1.0],
+      help="gammas of the exact expected update (N -> infinity) at the best lr")
+    a("--steps", type=int, default=24, help="rollout steps of every arm")
+    a("--n", type=int, default=8, help="group size N of the sampled arms")
+    a("--prompts", type=int, default=16, help="prompts per rollout step")
+    a("--mini-batch", type=int, default=4, help="prompts per optimiser step (App. L: 4 a rollout)")
+    a("--prior", type=float, nargs=2, default=[0.6, 0.02], metavar=("FIRST", "LAST"),
+      help="warm-start targets: the first digit, the last digit, else a uniform digit")
+    a("--warm-steps", type=int, default=200, help="supervised warm-start steps (16 prompts each)")
+    a("--train-problems", type=int, default=2000, help="training problems per seed and mix")
+    a("--heldout", type=int, default=48, help="held-out prompts (exact metrics, eval.py's check)")
+    a("--k", type=int, default=32, help="the large k of pass@k")
+    a("--measure-every", type=int, default=6, help="exact probabilities every K steps, the last")
+    a("--levels", type=int, default=11, help="matched-pass@1 levels between the base model and the "
+      "lowest ceiling, where frontiers are compared")
+    a("--eval-n", type=int, default=64, help="eval.py's samples per held-out problem (cross-check)")
+    a("--workers", type=int, default=2, help="processes, one seed each at a time (1 thread each)")
+    a("--work", type=Path, default=ROOT / "runs" / "see_it_happen",
+      help="models, runs and finished arms: a rerun reuses arms finished with the same settings")
     a("--out", type=Path, default=ROOT / "experiments" / "results", help="results folder")
     a("--name", default="see_it_happen", help="prefix of the result files")
-    a("--quick", action="store_true", help="smoke run: dapo, 1 seed, 8 steps, 24 held-out, n 16")
+    a("--quick", action="store_true", help="miniature: 3 seeds, 2 lrs, 6 steps, small batches")
+    a("--report-only", action="store_true", help="recompute the summary, OUT/NAME.md and .png from "
+      "the runs in OUT/NAME.json (its settings and wall time), without training")
     args = p.parse_args(argv)
     if args.quick:
-        args.algos, args.seeds, args.steps, args.heldout, args.eval_n = ["dapo"], 1, 8, 24, 16
-        args.compare_m, args.compare_iters, args.warm_steps, args.measure_every = 8, 2000, 100, 4
-        args.train_problems, args.name = 200, args.name + "_quick"
-    if not 1 <= args.compare_m < args.eval_n:
-        p.error(f"--compare-m must be at least 1 and below --eval-n {args.eval_n}")
-    if sum(args.prior) >= 1 or min(args.prior) < 0:
-        p.error("--prior: three masses >= 0 summing below 1")
+        quick = dict(seeds=3, lrs=[1e-4, 1e-3], gammas=[0.0, 1.0], exact_gammas=[0.0, 1.0], steps=6,
+                     prompts=8, mini_batch=4, warm_steps=100, train_problems=200, heldout=12,
+                     measure_every=3, eval_n=16, k=8, levels=5,
+                     name=args.name + "_quick", work=args.work.with_name(args.work.name + "_quick"))
+        vars(args).update(quick)
+    if args.gammas[0] != 0 or len(set(args.gammas)) < 2:
+        p.error("--gammas: 0 (the base algorithm) first, then at least one focal gamma")
+    if args.prompts % args.mini_batch or sum(args.prior) > 1 or min(args.prior) < 0:
+        p.error("--prompts must divide into --mini-batch; --prior: two masses >= 0 summing <= 1")
+    if args.seeds < 2 or args.k < 2 or args.k > args.eval_n:
+        p.error("--seeds >= 2 (the seed is the unit), 2 <= --k <= --eval-n")
     return args
 
 
 # ---------------------------------------------------------------- the task
-def make_problems(count, rng, rare_digits, balanced=False):
-    """[{problem, answer, kind}]: a digit list as the prompt, an answer set as "0, 7, 9". Kinds are
-    drawn with the KINDS shares, or (balanced, the held-out set) a third each, in turn."""
-    kinds = [list(KINDS)[i % 3] for i in range(count)] if balanced else \
-        rng.choices(list(KINDS), list(KINDS.values()), k=count)
-    out = []
-    for kind in kinds:
-        digits = rng.sample(range(10), 5)
-        rare = rng.sample(rare_digits, min(2, len(rare_digits)))
-        answers = {"common": ["0"], "multi": ["0", *sorted(rare)], "rare": rare[:1]}[kind]
-        out.append({"problem": f"({','.join(map(str, digits))})=", "answer": ", ".join(answers), "kind": kind})
+def make_digits(count, rng, exclude=()):
+    """`count` distinct lists of five distinct digits, none in `exclude`."""
+    seen, out = set(map(tuple, exclude)), []
+    while len(out) < count:
+        digits = tuple(rng.sample(range(10), 5))
+        if digits not in seen:
+            seen.add(digits)
+            out.append(list(digits))
     return out
+
+
+def make_problems(digit_lists, mix, rng, exact_shares=False):
+    """[{problem, answer, kind}]; kinds drawn with the mix's shares, or (exact_shares, the held-out
+    file) in proportion, rounded. The answer is the accepted set, written "3, 7"."""
+    shares = MIXES[mix]
+    if exact_shares:
+        counts = [round(shares[k] * len(digit_lists)) for k in KINDS]
+        counts[0] = len(digit_lists) - sum(counts[1:])
+        kinds = [k for k, c in zip(KINDS, counts) for _ in range(c)]
+    else:
+        kinds = rng.choices(KINDS, [shares[k] for k in KINDS], k=len(digit_lists))
+    out = []
+    for digits, kind in zip(digit_lists, kinds):
+        accepted = {"both": [digits[0], digits[-1]], "rare": [digits[-1]],
+                    "common": [digits[0]]}[kind]
+        out.append({"problem": prompt_text(digits), "answer": ", ".join(map(str, accepted)),
+                    "kind": kind})
+    return out
+
+
+def prompt_text(digits):
+    return "(" + "".join(map(str, digits)) + ")="
 
 
 def answer_set_verify(completions, golds, timeout=None):
     """Stands in for fgrpo.verify: 1.0 where the completion's last \\boxed{...} is one of the
-    comma-separated answers of its gold, else 0.0 (exact string match after strip)."""
+    comma-separated answers of its gold, else 0.0 (exact match after strip)."""
     scores = []
     for text, gold in zip(completions, golds):
         boxed = re.findall(r"\\boxed\{([^{}]*)\}", text)
-        scores.append(float(bool(boxed) and boxed[-1].strip() in {a.strip() for a in gold.split(",")}))
+        accepted = {a.strip() for a in gold.split(",")}
+        scores.append(float(bool(boxed) and boxed[-1].strip() in accepted))
     return scores
 
 
-def build_base(seed, prior, warm_steps, problems):
-    """fgrpo.build_tiny's model and tokenizer, warm started on "\\boxed{d}" with d ~ prior (any prompt)."""
-    model, tok, _, _ = fgrpo.build_tiny(seed, warm_steps=0)  # seeds torch: the same init per seed
+def prompt_ids(tok, digits):  # as fgrpo.rollout tokenises a prompt (tiny's tokenizer: no template)
+    return tok(prompt_text(digits), add_special_tokens=False).input_ids
+
+
+def warm_start(seed, prior, steps, digit_lists, heldout):
+    """fgrpo.build_tiny's untrained model and tokenizer, then supervised AdamW steps (lr 2e-3, clip
+    1.0) on 16 prompts each, towards the target answer distribution: the first digit prior[0],
+    the last digit prior[1], and the rest uniform over the ten digits (the cross-entropy against
+    all ten "\\boxed{d}<eos>", not sampled targets: seeds then learn to copy alike). `steps`, then
+    50 more at a time (up to 4 x steps) until the first digit holds half the held-out mass.
+    Returns the model, the tokenizer and the steps taken."""
+    model, tok, _, _ = fgrpo.build_tiny(seed, warm_steps=0)  # seeds torch: one init per seed
     rng = random.Random(seed)
-    weights = [*prior] + [(1 - sum(prior)) / 7] * 7
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)  # build_tiny's warm start, another target
-    for _ in range(warm_steps):
-        pairs = [(prompt_ids(tok, rng.choice(problems)), answer_ids(tok, rng.choices(DIGITS, weights)[0]))
-                 for _ in range(64)]
-        ids, attn, mask = fgrpo.collate(pairs, tok.pad_token_id)
-        loss = -(fgrpo.token_logprobs(model, ids, attn) * mask).sum() / mask.sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model.eval(), tok
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    answers = [answer_completions(tok, d)[0] for d in DIGITS]
+    done = 0
+    while done < steps or (done < 4 * steps and statistics.fmean(
+            strategy_probs(model.eval(), tok, heldout)["first"]) < 0.5):
+        block = steps if done == 0 else 50
+        model.train()
+        for _ in range(block):
+            prompts = [rng.choice(digit_lists) for _ in range(16)]
+            target = torch.full((16, 10), (1 - sum(prior)) / 10)
+            for i, digits in enumerate(prompts):
+                target[i, digits[0]] += prior[0]
+                target[i, digits[-1]] += prior[1]
+            pairs = [(prompt_ids(tok, x), a) for x in prompts for a in answers]
+            logp = (sequence_logprobs(model, tok, pairs)).view(16, 10)
+            loss = -(target * logp).sum() / 16
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        done += block
+    return model.eval(), tok, done
 
 
-def prompt_ids(tok, problem):  # as fgrpo.rollout tokenises a prompt
-    return tok(fgrpo.format_prompt(tok, problem["problem"]), add_special_tokens=False).input_ids
+# ---------------------------------------------------------------- exact measurement
+MAX_NEW = fgrpo.TINY["max_new_tokens"]  # --max-new-tokens of every arm: completions are short
 
 
-def answer_ids(tok, digit):
-    return tok(f"\\boxed{{{digit}}}", add_special_tokens=False).input_ids + [tok.eos_token_id]
-
-
-# ---------------------------------------------------------------- exact measurement (App. J's quantities)
-def answer_completions(tok, digit, max_new=fgrpo.TINY["max_new_tokens"]):
-    """The completions, as sampled under --max-new-tokens, whose answer is `digit`: "\\boxed{d}", and the
-    stutter "\\boxed\\boxed{d}" (a trained policy samples it), each then <eos>, and the longest repeat cut
-    at the length cap without <eos>. Disjoint token sequences, so their probabilities add."""
+def answer_completions(tok, digit):
+    """The completions, as sampled under MAX_NEW tokens, whose answer is `digit`: "\\boxed{d}" and
+    the stutters "\\boxed\\boxed{d}", ... that a trained policy samples, each then <eos>, and the
+    longest cut at the cap without <eos>. Disjoint token sequences, so their probabilities add."""
     seqs = []
-    for r in range(1, max_new):
-        ids = tok("\\boxed" * r + f"{{{digit}}}", add_special_tokens=False).input_ids
-        if len(ids) > max_new:
+    for repeats in range(1, MAX_NEW):
+        ids = tok("\\boxed" * repeats + f"{{{digit}}}", add_special_tokens=False).input_ids
+        if len(ids) > MAX_NEW:
             break
-        seqs.append(ids + [tok.eos_token_id] if len(ids) < max_new else ids)
+        seqs.append(ids + [tok.eos_token_id] if len(ids) < MAX_NEW else ids)
     return seqs
 
 
-@torch.no_grad()
-def answer_probs(model, tok, problems):
-    """(P, 10): pi(a completion of answer_completions(d) | prompt) for every digit d, exactly, by teacher
-    forcing. Completions outside that list (another tokenisation, text before the box) are not counted:
-    a row sums to at most 1, and 1 - its sum is reported as the unlisted mass."""
-    seqs = [answer_completions(tok, d) for d in DIGITS]
-    pairs = [(prompt_ids(tok, p), s) for p in problems for ss in seqs for s in ss]
+def sequence_logprobs(model, tok, pairs):
+    """log pi(completion | prompt) of (prompt, completion) id pairs, by fgrpo.token_logprobs."""
     ids, attn, mask = fgrpo.collate(pairs, tok.pad_token_id)
-    probs = (fgrpo.token_logprobs(model, ids, attn, mask=mask) * mask).sum(-1).exp()
-    digit = torch.tensor([d for d, ss in enumerate(seqs) for _ in ss] * len(problems))
-    problem = torch.arange(len(problems)).repeat_interleave(sum(map(len, seqs)))
-    return torch.zeros(len(problems), len(DIGITS)).index_put_((problem, digit), probs, accumulate=True)
+    return (fgrpo.token_logprobs(model, ids, attn, mask=mask) * mask).sum(-1)
 
 
-def correct_mask(problems):
-    """(P, 10) bool: which digits are correct answers of each problem."""
-    return torch.tensor([[d in p["answer"].split(", ") for d in DIGITS] for p in problems])
+def sequence_probs(model, tok, pairs):
+    return sequence_logprobs(model, tok, pairs).exp()
 
 
-def mass_and_retention(p0, pt, correct, rare_below):
-    """Mean total correct mass of pt, and M_ret (SPEC Sec. 7) pooled over the (problem, answer)
-    pairs that are correct and had pi_0 below rare_below:
-    M_ret = 1 - sum max(0, pi_0(a) - pi_T(a)) / sum pi_0(a)."""
-    rare = correct & (p0 < rare_below)
-    lost = (p0 - pt).clamp(min=0)[rare].sum()
-    return float((pt * correct).sum(-1).mean()), float(1 - lost / p0[rare].sum())
+@torch.no_grad()
+def strategy_probs(model, tok, digit_lists):
+    """Per prompt: pi(answer = first digit), pi(answer = last digit); the listed mass (all
+    answer_completions of all ten digits; 1 minus it is text outside the answer space), and each
+    digit's coefficient of variation over the prompts."""
+    per_digit = [answer_completions(tok, d) for d in DIGITS]
+    pairs = [(prompt_ids(tok, x), s) for x in digit_lists for seqs in per_digit for s in seqs]
+    probs = sequence_probs(model, tok, pairs).view(len(digit_lists), -1)
+    digit_of = torch.tensor([d for d, seqs in enumerate(per_digit) for _ in seqs])
+    by_digit = torch.zeros(len(digit_lists), 10).index_add_(1, digit_of, probs)
+    first = by_digit[torch.arange(len(digit_lists)), [x[0] for x in digit_lists]]
+    last = by_digit[torch.arange(len(digit_lists)), [x[-1] for x in digit_lists]]
+    cv = by_digit.std(0) / by_digit.mean(0)  # per digit, over prompts: large if the prompt is used
+    return {"first": [round(v, 7) for v in first.tolist()],
+            "last": [round(v, 7) for v in last.tolist()],
+            "listed": round(float(by_digit.sum(-1).mean()), 7),
+            "digit_cv": [round(v, 3) for v in cv.tolist()]}
 
 
-# ---------------------------------------------------------------- one arm: fgrpo.train, then eval.py
-def train_arm(base, tok, train_set, heldout, p0, arm, args, seed):
-    """fgrpo.train on a copy of the base model; returns (metrics rows, final checkpoint folder)."""
-    out = args.work / f"seed{seed}" / arm["name"]
-    shutil.rmtree(out, ignore_errors=True)  # fgrpo.train refuses a folder that holds a run
-    targs = fgrpo.parse_args(["--model", "tiny", "--algo", arm["algo"], "--gamma", str(arm["gamma"]),
-                              "--lr", repr(arm["lr"]), "--n", str(args.n), "--prompts", str(args.prompts),
-                              "--mini-batch", str(args.mini_batch), "--steps", str(args.steps),
-                              "--save-every", str(args.steps), "--seed", str(seed), "--rollout", "hf",
-                              "--out", str(out)])
-    correct = correct_mask(heldout)
-    run_step = fgrpo.run_step
+def success_probs(point, kind):
+    """Per prompt, the chance that one sample is accepted on a problem of `kind`."""
+    if kind == "both":
+        return [f + l for f, l in zip(point["first"], point["last"])]
+    return point["last"] if kind == "rare" else point["first"]
 
-    def measured_step(model, *rest):  # fgrpo.run_step, then the exact probabilities every K steps
-        m = run_step(model, *rest)
-        step = rest[-1]
-        if step % args.measure_every == 0 or step == args.steps:
-            mass, m_ret = mass_and_retention(p0, answer_probs(model, tok, heldout), correct, args.rare_below)
-            m.update(correct_mass=mass, m_ret=m_ret)
-        return m
 
-    patches = {"load_policy": lambda *_: (copy.deepcopy(base), tok, train_set, []), "run_step": measured_step}
-    saved = {k: getattr(fgrpo, k) for k in patches}
-    out.mkdir(parents=True)
+def exact_metrics(point, base, mix, k):
+    """pass@1, pass@k (the expectation over the mix's kinds, 1 - (1 - p)^k per prompt), rare pass@k
+    (the rare kind), the two strategies' masses and M_ret (SPEC Sec. 7: 1 - lost / initial mass of
+    the accepted answers, each weighted by the share of the kinds that accept it)."""
+    shares = MIXES[mix]
+    out = {"pass@1": 0.0, f"pass@{k}": 0.0}
+    for kind in KINDS:
+        ps = success_probs(point, kind)
+        out["pass@1"] += shares[kind] * statistics.fmean(ps)
+        out[f"pass@{k}"] += shares[kind] * statistics.fmean(1 - (1 - p) ** k for p in ps)
+    out[f"rare pass@{k}"] = statistics.fmean(1 - (1 - p) ** k for p in point["last"])
+    out["rare mass"] = statistics.fmean(point["last"])
+    out["common mass"] = statistics.fmean(point["first"])
+    w_last, w_first = shares["both"] + shares["rare"], shares["both"] + shares["common"]
+    lost = sum(w_last * max(0.0, l0 - l) + w_first * max(0.0, f0 - f) for f0, l0, f, l in
+               zip(base["first"], base["last"], point["first"], point["last"]))
+    held = sum(w_last * l0 + w_first * f0 for f0, l0 in zip(base["first"], base["last"]))
+    out["M_ret"] = 1 - lost / held
+    return out
+
+
+# ---------------------------------------------------------------- one arm: fgrpo.train
+def arm_name(algo, gamma, lr, n):
+    return f"{algo}_g{gamma:g}_lr{lr:g}_" + ("exact" if n == "exact" else f"n{n}")
+
+
+def fgrpo_argv(arm, args, seed, data, base_dir, out, group):
+    """fgrpo.py's command line of an arm: the tiny model's settings spelled out (--model is a
+    folder here, so fgrpo's TINY defaults do not apply), a step per --mini-batch prompts."""
+    per_update = args.mini_batch * group
+    return ["--model", str(base_dir), "--data", str(data), "--algo", arm["algo"],
+            "--gamma", repr(arm["gamma"]), "--lr", repr(arm["lr"]), "--n", str(group),
+            "--prompts", str(args.prompts), "--mini-batch", str(args.mini_batch),
+            "--micro-batch", str(per_update), "--gen-batch", str(args.prompts * group),
+            "--warmup", "0", "--max-new-tokens", str(MAX_NEW), "--steps", str(args.steps),
+            "--save-every", str(args.steps), "--seed", str(seed), "--rollout", "hf",
+            "--out", str(out)]
+
+
+def exact_update_patches(tok, gamma):
+    """fgrpo.rollout and fgrpo.group_advantages for the exact expected update (N -> infinity): every
+    prompt's "group" is its whole answer space (answer_completions of all ten digits, K sequences),
+    and each completion's advantage is pi_old(o) * A_inf(o), A_inf = g * (R - p) / sqrt(p (1 - p))
+    with p the exact success probability, g = (1 - p)^gamma: the N -> infinity limit of Sec. 2's
+    advantage. Times the old-policy probability, the token-mean loss's gradient is then
+    E_{o ~ pi_old}[A_inf grad log pi(o)] / (canonical completion length): the sampled arms' scale.
+    """
+    seqs = [s for d in DIGITS for s in answer_completions(tok, d)]
+    scale = sum(map(len, seqs)) / len(seqs[0])  # tokens per prompt over one completion's tokens
+    state = {}
+
+    def rollout(model, tok_, engine, prompts, n, args, seed):  # n == len(seqs): see fgrpo_argv
+        ids = [tok_(p, add_special_tokens=False).input_ids for p in prompts]
+        pairs = [(i, s) for i in ids for s in seqs]
+        with torch.no_grad():
+            state["probs"] = sequence_probs(model, tok_, pairs).view(len(ids), len(seqs))
+        return [fgrpo.Sample(i, s, s[-1] != tok_.eos_token_id) for i, s in pairs]
+
+    def group_advantages(rewards, gamma_=0.0, eps=1e-6, correct=None):
+        pi, r = state["probs"], rewards.float()
+        p = (pi * r).sum(-1, keepdim=True)
+        a_inf = (r - p) / (p * (1 - p)).clamp(min=1e-12).sqrt() * (1 - p) ** gamma
+        return scale * pi * a_inf
+
+    return {"rollout": rollout, "group_advantages": group_advantages}, len(seqs)
+
+
+@contextlib.contextmanager
+def patched(module, **attrs):
+    saved = {k: getattr(module, k) for k in attrs}
+    vars(module).update(attrs)
     try:
-        vars(fgrpo).update(patches)
-        with open(out / "train.log", "w") as log, contextlib.redirect_stdout(log):
-            fgrpo.train(targs)
+        yield
     finally:
-        vars(fgrpo).update(saved)
+        vars(module).update(saved)
+
+
+def train_arm(arm, ctx, keep=False):
+    """fgrpo.train on the seed's base model; the exact probabilities of the held-out prompts every
+    --measure-every steps (fgrpo.run_step wrapped). Cached in WORK/seedS/MIX/ARM.json."""
+    args, tok = ctx["args"], ctx["tok"]
+    out = ctx["dir"] / arm["mix"] / arm["name"]
+    patches, group = {}, args.n
+    if arm["n"] == "exact":
+        patches, group = exact_update_patches(tok, arm["gamma"])
+    data = ctx["data"][arm["mix"]]
+    argv = fgrpo_argv(arm, args, ctx["seed"], data, ctx["dir"] / "base", out, group)
+    settings = {"argv": argv, "base": ctx["base_settings"], "every": args.measure_every}
+    cache = out.parent / (out.name + ".json")
+    if cache.exists() and not keep and json.loads(cache.read_text())["settings"] == settings:
+        return json.loads(cache.read_text())["record"]
+    shutil.rmtree(out, ignore_errors=True)  # fgrpo.train refuses a folder that holds a run
+    out.mkdir(parents=True)
+    curve, run_step, t0 = [], fgrpo.run_step, time.time()
+
+    def measured_step(model, *rest):  # fgrpo.run_step(model, tok, engine, opt, next, args, step)
+        metrics = run_step(model, *rest)
+        step, targs = rest[-1], rest[-2]
+        if step % args.measure_every == 0 or step == targs.steps:
+            curve.append({"step": step, **strategy_probs(model, tok, ctx["heldout"])})
+        return metrics
+
+    sigterm = signal.getsignal(signal.SIGTERM)  # fgrpo.train sets its own (save, then exit)
+    with patched(fgrpo, run_step=measured_step, **patches), open(out / "train.log", "w") as log:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            try:
+                fgrpo.train(fgrpo.parse_args(argv))
+            finally:
+                signal.signal(signal.SIGTERM, sigterm)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return rows, out / f"step_{args.steps:06d}"
+    record = {k: arm[k] for k in ("algo", "gamma", "lr", "n")}
+    for key in ("focal_mean", "clip_frac", "grad_norm"):  # (focal_mean counts completions, exact)
+        record[key] = statistics.fmean(r[key] for r in rows)
+    record.update(curve=curve, seconds=round(time.time() - t0, 1))
+    cache.write_text(json.dumps({"settings": settings, "record": record}))
+    if not keep:
+        shutil.rmtree(out)
+    return record
 
 
-def evaluate_arm(ckpt, data, out, args, seed):
-    """eval.py's CLI in-process: n samples per held-out problem -> its results.json."""
-    shutil.rmtree(out, ignore_errors=True)  # eval.py resumes what a folder holds: another run's samples
+# ---------------------------------------------------------------- a seed: base model, then its arms
+@contextlib.contextmanager
+def experiment_environment():
+    """What every arm runs under, restored after: one torch thread, answer_set_verify as
+    fgrpo.verify (training and eval.py call it by module name), vLLM hidden from eval.py (a tiny
+    model needs no engine start per run), no checkpoint progress bars."""
+    threads, vllm = torch.get_num_threads(), sys.modules.get("vllm", patched)
+    torch.set_num_threads(1)
+    sys.modules["vllm"] = None
+    import transformers.utils.logging as hf_logging
+    hf_logging.disable_progress_bar()
+    try:
+        with patched(fgrpo, verify=answer_set_verify):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+        if vllm is patched:
+            sys.modules.pop("vllm")
+        else:
+            sys.modules["vllm"] = vllm
+
+
+def prepare_seed(seed, args, heldout):
+    """The seed's context: its warm-started base model (WORK/seedS/base, reused if its settings
+    match), its training files (one per mix) and the held-out masses of the base model."""
+    from transformers import AutoTokenizer
+    root = args.work / f"seed{seed}"
+    train_digits = make_digits(args.train_problems, random.Random(seed), exclude=heldout)
+    settings = {"prior": args.prior, "warm_steps": args.warm_steps, "heldout": heldout,
+                "train_problems": args.train_problems}
+    saved = root / "base" / "settings.json"
+    if saved.exists() and json.loads(saved.read_text())["settings"] == settings:
+        base = json.loads(saved.read_text())["base"]
+        tok = AutoTokenizer.from_pretrained(root / "base")
+    else:
+        model, tok, steps = warm_start(seed, args.prior, args.warm_steps, train_digits, heldout)
+        model.save_pretrained(root / "base")
+        tok.save_pretrained(root / "base")
+        base = {**strategy_probs(model, tok, heldout), "warm_steps": steps}
+        saved.write_text(json.dumps({"settings": settings, "base": base}))
+    data = {}
+    for mix in args.mixes:
+        problems = make_problems(train_digits, mix, random.Random(f"{seed}/{mix}"))
+        data[mix] = root / f"{mix}.jsonl"
+        data[mix].write_text("".join(json.dumps(p) + "\n" for p in problems))
+    return {"args": args, "seed": seed, "tok": tok, "dir": root, "heldout": heldout, "data": data,
+            "base": base, "base_settings": settings}
+
+
+def log_arm(ctx, mix, name, record):
+    k = ctx["args"].k
+    last = exact_metrics(record["curve"][-1], ctx["base"], mix, k)
+    print(f"seed {ctx['seed']} {mix:4s} {name:28s} pass@1 {last['pass@1']:.3f} "
+          f"pass@{k} {last[f'pass@{k}']:.3f} rare mass {last['rare mass']:.3f} "
+          f"({record['seconds']:.0f} s)", flush=True)
+
+
+def frontier_phase(seed, args, heldout):
+    """Phase 1 of a seed: the base algorithm at every lr and gamma, N = --n, in every mix."""
+    with experiment_environment():
+        ctx = prepare_seed(seed, args, heldout)
+        arms = {mix: {} for mix in args.mixes}
+        for mix in args.mixes:
+            for lr in args.lrs:
+                for gamma in args.gammas:
+                    arm = {"mix": mix, "algo": args.algo, "gamma": gamma, "lr": lr, "n": args.n,
+                           "name": arm_name(args.algo, gamma, lr, args.n)}
+                    arms[mix][arm["name"]] = train_arm(arm, ctx)
+                    log_arm(ctx, mix, arm["name"], arms[mix][arm["name"]])
+    return {"seed": seed, "base": ctx["base"], "arms": arms}
+
+
+def best_lr_phase(seed, args, heldout, best):
+    """Phase 2 of a seed, at each mix's best lr: the exact expected update at --exact-gammas, the
+    --others algorithms at gamma 0 and their paper gamma (first mix), eval.py's check of the last.
+    """
+    with experiment_environment():
+        ctx = prepare_seed(seed, args, heldout)
+        arms, check = {mix: {} for mix in args.mixes}, None
+        for mix in args.mixes:
+            specs = [(args.algo, g, "exact") for g in args.exact_gammas]
+            if mix == args.mixes[0]:  # the other algorithms once, in the first mix
+                specs += [(a, g, args.n) for a in args.others for g in (0.0, fgrpo.PAPER_GAMMA[a])]
+            for algo, gamma, n in specs:
+                arm = {"mix": mix, "algo": algo, "gamma": gamma, "lr": best[mix], "n": n,
+                       "name": arm_name(algo, gamma, best[mix], n)}
+                keep = mix == args.mixes[0] and (algo, gamma, n) == specs[-1]  # eval.py's model
+                arms[mix][arm["name"]] = record = train_arm(arm, ctx, keep=keep)
+                log_arm(ctx, mix, arm["name"], record)
+                if keep:
+                    check = cross_check(ctx, arm, record)
+    return {"seed": seed, "arms": arms, "check": check}
+
+
+def cross_check(ctx, arm, record):
+    """eval.py (its CLI, in-process) samples --eval-n completions per held-out problem from the
+    arm's final checkpoint (OUT/step_K); beside it, the exact pass@k of the same problems."""
+    args, out = ctx["args"], ctx["dir"] / arm["mix"] / arm["name"]
+    data = args.work / f"heldout_{arm['mix']}.jsonl"
     with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
-        return evaluator.main(["--model", str(ckpt), "--data", str(data), "--out", str(out),
-                               "--n", str(args.eval_n), "--seed", str(seed),
-                               "--max-new-tokens", str(fgrpo.TINY["max_new_tokens"])])
+        res = evaluator.main(["--model", str(out / f"step_{args.steps:06d}"), "--data", str(data),
+                              "--out", str(out / "eval"), "--n", str(args.eval_n),
+                              "--seed", str(ctx["seed"]), "--max-new-tokens", str(MAX_NEW)])
+    bench = res["benchmarks"][data.stem]
+    kinds = [json.loads(line)["kind"] for line in data.read_text().splitlines()]
+    final = record["curve"][-1]
+    ps = [success_probs(final, kind)[i] for i, kind in enumerate(kinds)]
+    ks = ("1", str(args.k))
+    exact = {k: statistics.fmean(1 - (1 - p) ** int(k) for p in ps) for k in ks}
+    shutil.rmtree(out)
+    return {"arm": arm["name"], "mix": arm["mix"], "n": args.eval_n, "correct": bench["correct"],
+            "sampled": {k: bench["pass@k"][k] for k in ks}, "exact": exact}
 
 
-def compare_arms(dir_a, dir_b, args, seed):
-    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
-        return evaluator.main(["--compare", str(dir_a), str(dir_b), "--m", str(args.compare_m),
-                               "--iters", str(args.compare_iters), "--seed", str(seed)])
+def run_seeds(phase, args, *rest):
+    """phase(seed, args, *rest) for every seed: in --workers processes (spawned: each imports torch
+    afresh with one thread), or here."""
+    jobs = [(seed, args, *rest) for seed in range(args.seeds)]
+    if args.workers == 1:
+        return [phase(*job) for job in jobs]
+    pool = multiprocessing.get_context("spawn").Pool(args.workers)
+    try:
+        return pool.starmap(phase, jobs, chunksize=1)
+    finally:
+        pool.close()  # the workers finish; terminate() would SIGTERM them mid-write
+        pool.join()
 
 
-def arm_record(rows, probs, res, args):
-    """What an arm leaves in the JSON: its curves over steps, exact final probabilities, eval's results."""
-    bench = res["benchmarks"]["heldout"]
-    curve = [{k: r[k] for k in ("step", "reward", "focal_mean", "correct_mass", "m_ret") if k in r}
-             for r in rows if "m_ret" in r]
-    return {"focal_mean": statistics.fmean(r["focal_mean"] for r in rows), "curve": curve,
-            "probs": probs.tolist(), "samples": bench["samples"], "correct": bench["correct"],
-            "pass@k": bench["pass@k"]}
+def best_lrs(frontier, args):
+    """Per mix, the largest lr at which every seed's gamma-0 run stays in the answer space (listed
+    mass >= 0.9 at every measurement): the most the base algorithm moves without breaking down."""
+    best = {}
+    for mix in args.mixes:
+        stable = [lr for lr in args.lrs if all(
+            min(p["listed"] for p in s["arms"][mix][arm_name(args.algo, 0.0, lr, args.n)]["curve"])
+            >= 0.9 for s in frontier)]
+        best[mix] = max(stable, default=min(args.lrs))
+    return best
 
 
-def run_seed(seed, heldout, data, args):
-    """The base model of this seed, then every arm of every algo on a copy of it."""
-    train_set = make_problems(args.train_problems, random.Random(seed), args.rare_digits)
-    base, tok = build_base(seed, args.prior, args.warm_steps, train_set)
-    p0 = answer_probs(base, tok, heldout)
-    work = args.work / f"seed{seed}"
-    base.save_pretrained(work / "base")
-    tok.save_pretrained(work / "base")
-    rec = {"p0": p0.tolist(), "arms": {}, "compare": {}}
-    rec["base"] = {"probs": p0.tolist(), **{k: v for k, v in arm_record(
-        [{"focal_mean": 1.0}], p0, evaluate_arm(work / "base", data, work / "eval_base", args, seed), args).items()
-        if k in ("samples", "correct", "pass@k")}}
-    for algo in args.algos:
-        arms = [{"name": f"{algo}_g0", "algo": algo, "gamma": 0.0, "lr": args.lr},
-                {"name": f"{algo}_F", "algo": algo, "gamma": fgrpo.PAPER_GAMMA[algo], "lr": args.lr},
-                {"name": f"{algo}_g0_lrscaled", "algo": algo, "gamma": 0.0}]
-        for arm in arms:
-            t0 = time.time()
-            if "lr" not in arm:  # the base algorithm at the F-run's mean step size
-                arm["lr"] = args.lr * rec["arms"][f"{algo}_F"]["focal_mean"]
-            rows, ckpt = train_arm(base, tok, train_set, heldout, p0, arm, args, seed)
-            probs = answer_probs(fgrpo_model(ckpt), tok, heldout)
-            res = evaluate_arm(ckpt, data, work / f"eval_{arm['name']}", args, seed)
-            rec["arms"][arm["name"]] = {**arm, **arm_record(rows, probs, res, args)}
-            r = rec["arms"][arm["name"]]
-            print(f"seed {seed} {arm['name']:18s} lr {arm['lr']:.2e} focal_mean {r['focal_mean']:.3f} "
-                  f"mass {r['curve'][-1]['correct_mass']:.3f} M_ret {r['curve'][-1]['m_ret']:.3f} "
-                  f"pass@1 {r['pass@k']['1']:.3f} pass@{args.eval_n} {r['pass@k'][str(args.eval_n)]:.3f} "
-                  f"({time.time() - t0:.0f} s)", flush=True)
-        for a, b in ((f"{algo}_g0", f"{algo}_F"), (f"{algo}_g0_lrscaled", f"{algo}_F")):
-            res = compare_arms(work / f"eval_{a}", work / f"eval_{b}", args, seed)["heldout"]
-            rec["compare"][f"{a}_vs_{b}"] = res
-    return rec
+# ---------------------------------------------------------------- analysis: frontiers, seeds paired
+def trajectories(seeds, args):
+    """[seed] -> {mix: {arm: [metrics at step 0 (the base model), then at every measurement]}}."""
+    out = []
+    for s in seeds:
+        out.append({mix: {name: [{"step": p["step"], **exact_metrics(p, s["base"], mix, args.k)}
+                                 for p in [{"step": 0, **s["base"]}] + arm["curve"]]
+                          for name, arm in arms.items()} for mix, arms in s["arms"].items()})
+    return out
 
 
-def fgrpo_model(ckpt):
-    from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+def frontier_at(paths, t, k):
+    """The most pass@k that any of the paths (trajectories, linear between measurements in the
+    (pass@1, pass@k) plane) reaches with pass@1 >= t; None if none reaches t."""
+    best = None
+    for path in paths:
+        for a, b in zip(path, path[1:]):
+            (x0, y0), (x1, y1) = (a["pass@1"], a[f"pass@{k}"]), (b["pass@1"], b[f"pass@{k}"])
+            ys = [y for x, y in ((x0, y0), (x1, y1)) if x >= t]
+            if min(x0, x1) < t <= max(x0, x1):
+                ys.append(y0 + (y1 - y0) * (t - x0) / (x1 - x0))
+            best = max([y for y in [best, *ys] if y is not None], default=None)
+    return best
 
 
-# ---------------------------------------------------------------- summary, table, plots
+def ceiling(paths):
+    return max(p["pass@1"] for path in paths for p in path)
+
+
+def matched_levels(traj, mix, groups, count):
+    """--levels pass@1 values from the highest base-model pass@1 over seeds to the lowest ceiling
+    over seeds and groups of arms; [] where they do not overlap."""
+    lo = max(t[mix][groups[0][0]][0]["pass@1"] for t in traj)
+    hi = min(ceiling([t[mix][n] for n in g]) for t in traj for g in groups)
+    return [lo + (hi - lo) * i / (count - 1) for i in range(count)] if hi > lo else []
+
+
+def gap_per_seed(traj, mix, base_arms, arms, levels, k):
+    """Per seed: the frontier of `arms` minus that of `base_arms` in pass@k, mean over levels."""
+    gaps = []
+    for t in traj:
+        a, b = [t[mix][n] for n in base_arms], [t[mix][n] for n in arms]
+        gaps.append(statistics.fmean(frontier_at(b, x, k) - frontier_at(a, x, k) for x in levels))
+    return gaps
+
+
+def compare(traj, mix, base_arms, arms, args, groups=None):
+    """F (arms) against its base (base_arms) at matched pass@1, and their ceilings: paired stats."""
+    levels = matched_levels(traj, mix, groups or [base_arms, arms], args.levels)
+    tops = [(ceiling([t[mix][n] for n in base_arms]), ceiling([t[mix][n] for n in arms]))
+            for t in traj]
+    gaps = gap_per_seed(traj, mix, base_arms, arms, levels, args.k) if levels else None
+    return {"levels": levels, "gap": gaps and paired_summary(gaps), "gaps": gaps,
+            "ceiling": paired_summary([b - a for a, b in tops]),
+            "ceilings": [statistics.fmean(x) for x in zip(*tops)]}  # mean: base's, arms'
+
+
+FINAL_KEYS = ("pass@1", "pass@{k}", "rare pass@{k}", "rare mass", "M_ret")
+
+
+def final_deltas(traj, mix, base_name, name, k):
+    """Paired over seeds: the arm's final metrics minus the base arm's, at the same lr."""
+    out = {}
+    for key in (x.format(k=k) for x in FINAL_KEYS):
+        diffs = [t[mix][name][-1][key] - t[mix][base_name][-1][key] for t in traj]
+        out[key] = paired_summary(diffs)
+    return out
+
+
 def mean_sd(xs):
     return [statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0]
 
 
-def rare_passk(arm, kinds, k):
-    """pass@k over the held-out rare-kind problems, from the saved counts (fgrpo.pass_at_k)."""
-    pk = [fgrpo.pass_at_k(n, c, k) for n, c, kind in zip(arm["samples"], arm["correct"], kinds) if kind == "rare"]
-    return statistics.fmean(pk)
+def finals(traj, mix):
+    """Mean and sd over seeds of the base model's metrics and of every arm's final ones."""
+    first = next(iter(traj[0][mix]))
+    rows = {"base": [t[mix][first][0] for t in traj]}
+    rows.update({arm: [t[mix][arm][-1] for t in traj] for arm in traj[0][mix]})
+    return {arm: {key: mean_sd([r[key] for r in rs]) for key in rs[0] if key != "step"}
+            for arm, rs in rows.items()}
 
 
-def above_frontier(seed, arm, algo, correct):
-    """M_ret of `arm` minus the gamma-0 run's M_ret at the same correct mass (its trajectory from step 0,
-    linear between measurements): > 0 means more rare mass kept than plain sharpening to that point."""
-    p0 = torch.tensor(seed["p0"])
-    pts = [(float((p0 * correct).sum(-1).mean()), 1.0)] + \
-        [(c["correct_mass"], c["m_ret"]) for c in seed["arms"][f"{algo}_g0"]["curve"]]
-    mass, m_ret = arm["curve"][-1]["correct_mass"], arm["curve"][-1]["m_ret"]
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-        if min(x0, x1) <= mass <= max(x0, x1) and x0 != x1:
-            return m_ret - (y0 + (y1 - y0) * (mass - x0) / (x1 - x0))
-    return None  # beyond the gamma-0 run's range
+def summarise_mix(traj, mix, args, lr):
+    """One mix: every arm's final metrics (mean, sd over seeds), F against gamma 0 at matched pass@1
+    over the whole lr sweep and at each lr, the exact update against N, the --others."""
+    def name(g, lr_, n=args.n, algo=args.algo):
+        return arm_name(algo, g, lr_, n)
+
+    def sweep(g):
+        return [name(g, x) for x in args.lrs]
+
+    out = {"best_lr": lr, "final": finals(traj, mix), "frontier": {}, "same_lr": {}, "exact": {},
+           "others": {}}
+    for g in args.gammas[1:]:
+        out["frontier"][f"{g:g}"] = compare(traj, mix, sweep(0.0), sweep(g), args)
+        for x in args.lrs:
+            out["same_lr"][f"{g:g}@{x:g}"] = final_deltas(traj, mix, name(0.0, x), name(g, x),
+                                                          args.k)
+    if 0.0 in args.exact_gammas:
+        for g in [g for g in args.exact_gammas if g in args.gammas and g != 0]:
+            out["exact"][f"{g:g}"] = exact_vs_sampled(traj, mix, args, lr, g)
+    for algo in args.others if mix == args.mixes[0] else []:
+        g = fgrpo.PAPER_GAMMA[algo]
+        out["others"][algo] = {
+            "gamma": g, "base_vs_" + args.algo: final_deltas(traj, mix, name(0.0, lr),
+                                                              name(0.0, lr, algo=algo), args.k),
+            "F": compare(traj, mix, [name(0.0, lr, algo=algo)], [name(g, lr, algo=algo)], args),
+            args.algo + "_F": compare(traj, mix, [name(0.0, lr)], [name(g, lr)], args)
+            if g in args.gammas else None}
+    return out
 
 
-def summarise(seeds, heldout, args):
-    """Per arm (and the base model), mean and sd over seeds; per comparison, delta and p per seed."""
-    kinds, n, m = [p["kind"] for p in heldout], str(args.eval_n), args.compare_m
-    correct = correct_mask(heldout)
-    names = ["base", *seeds[0]["arms"]]
-    table = {}
-    for name in names:
-        recs = [s["base"] if name == "base" else s["arms"][name] for s in seeds]
-        ret = [mass_and_retention(torch.tensor(s["p0"]), torch.tensor(r["probs"]), correct, args.rare_below)
-               for s, r in zip(seeds, recs)]
-        table[name] = {"lr": recs[0].get("lr"), "gamma": recs[0].get("gamma"),
-                       "focal_mean": mean_sd([r.get("focal_mean", 1.0) for r in recs]),
-                       "pass@1": mean_sd([r["pass@k"]["1"] for r in recs]),
-                       f"pass@{n}": mean_sd([r["pass@k"][n] for r in recs]),
-                       f"rare pass@{n}": mean_sd([rare_passk(r, kinds, int(n)) for r in recs]),
-                       "correct_mass": mean_sd([x[0] for x in ret]), "m_ret": mean_sd([x[1] for x in ret]),
-                       "listed_mass": mean_sd([statistics.fmean(map(sum, r["probs"])) for r in recs])}
-        if name != "base" and not name.endswith("_g0"):
-            gains = [above_frontier(s, r, r["algo"], correct) for s, r in zip(seeds, recs)]
-            table[name]["m_ret_above_g0"] = mean_sd([g for g in gains if g is not None]) if any(
-                g is not None for g in gains) else None
-    tests = {}
-    for key in seeds[0]["compare"]:
-        cs = [s["compare"][key] for s in seeds]
-        ks = cs[0]["k"]
-        tests[key] = {f"delta pass@{k}": mean_sd([c["delta"][i] for c in cs]) for i, k in enumerate(ks)
-                      if k in (1, m)}
-        tests[key].update({f"p pass@{k} per seed": [c["p"][i] for c in cs] for i, k in enumerate(ks) if k in (1, m)})
-    return {"arms": table, "tests": tests}
+def exact_vs_sampled(traj, mix, args, lr, g):
+    """At the best lr: F's gain over gamma 0 at matched pass@1 with N = --n and with the exact
+    update (on common levels), their difference, and F at N = --n against the exact gamma 0."""
+    g0n, gn = arm_name(args.algo, 0.0, lr, args.n), arm_name(args.algo, g, lr, args.n)
+    g0x, gx = arm_name(args.algo, 0.0, lr, "exact"), arm_name(args.algo, g, lr, "exact")
+    levels = matched_levels(traj, mix, [[g0n], [gn], [g0x], [gx]], args.levels)
+    out = {"levels": levels, "final_exact": final_deltas(traj, mix, g0x, gx, args.k),
+           "F_n_vs_exact_base": compare(traj, mix, [g0x], [gn], args)}
+    if levels:
+        gap_n = gap_per_seed(traj, mix, [g0n], [gn], levels, args.k)
+        gap_x = gap_per_seed(traj, mix, [g0x], [gx], levels, args.k)
+        out.update(gap_n=paired_summary(gap_n), gap_exact=paired_summary(gap_x),
+                   gap_n_minus_exact=paired_summary([a - b for a, b in zip(gap_n, gap_x)]),
+                   gaps_n=gap_n, gaps_exact=gap_x)
+    return out
+
+
+def summarise(seeds, args, best):
+    traj = trajectories(seeds, args)
+    out = {"best_lr": best, "mixes": {m: summarise_mix(traj, m, args, best[m]) for m in args.mixes}}
+    for mix, res in out["mixes"].items():  # the share of tokens clipped, mean over steps and seeds
+        res["clip_frac"] = {arm: statistics.fmean(s["arms"][mix][arm]["clip_frac"] for s in seeds)
+                            for arm in seeds[0]["arms"][mix]}
+    checks = [s["check"] for s in seeds if s.get("check")]
+    out["check"] = [{"seed": s["seed"], **{f"{w} pass@{k}": s["check"][w][k] for w in
+                                            ("sampled", "exact") for k in s["check"]["sampled"]}}
+                    for s in seeds if s.get("check")] if checks else []
+    return out
+
+
+# ---------------------------------------------------------------- the report
+def ci(s, digits=3):
+    """A paired summary as "mean [lo, hi]"."""
+    if s is None:
+        return "-"
+    if s["lo"] is None:
+        return f"{s['mean']:+.{digits}f}"
+    return f"{s['mean']:+.{digits}f} [{s['lo']:+.{digits}f}, {s['hi']:+.{digits}f}]"
+
+
+def tests(s):
+    """A paired summary's tests: "p_t / p_Wilcoxon, positive/n"."""
+    if s is None:
+        return "-"
+    return f"{s['p_t']:.2g} / {s['p_wilcoxon']:.2g}, {s['positive']}/{s['n']}"
+
+
+def table(head, rows):
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+
+
+def mix_markdown(mix, res, args):
+    k, lr = args.k, res["best_lr"]
+    shares = ", ".join(f"{kind} {MIXES[mix][kind]:g}" for kind in KINDS)
+    lines = [f"## Mix \"{mix}\" ({shares}); best lr {lr:g}", "",
+             f"F minus gamma 0 (the {args.algo} lr sweep {args.lrs}): pass@{k} at matched pass@1,",
+             "averaged over the matched levels, and the highest pass@1 reached (ceiling). Paired",
+             "over seeds: mean [95% t interval]; tests: paired t p / exact Wilcoxon p, seeds > 0.",
+             ""]
+    rows = [[g, ci(c["gap"], 4), tests(c["gap"]), "{:.3f} / {:.3f}".format(*c["ceilings"]),
+             ci(c["ceiling"]), tests(c["ceiling"]),
+             f"{c['levels'][0]:.3f}-{c['levels'][-1]:.3f}" if c["levels"] else "none"]
+            for g, c in res["frontier"].items()]
+    lines += table(["gamma", f"pass@{k} gain", "tests", "ceiling: gamma 0 / F", "ceiling gain",
+                    "tests", "levels"], rows)
+    lines += ["", f"At lr {lr:g}: F's gain over gamma 0 at matched pass@1 with N = {args.n} and "
+              "with the exact expected update (N -> infinity), on common levels; then F at N = "
+              f"{args.n} against the exact gamma 0.", ""]
+    rows = [[g, ci(e.get("gap_n"), 4), ci(e.get("gap_exact"), 4), ci(e.get("gap_n_minus_exact"), 4),
+             tests(e.get("gap_n_minus_exact")), ci(e["F_n_vs_exact_base"]["gap"], 4),
+             tests(e["F_n_vs_exact_base"]["gap"])] for g, e in res["exact"].items()]
+    lines += table(["gamma", f"gain, N {args.n}", "gain, exact", "difference", "tests",
+                    f"F N {args.n} - exact gamma 0", "tests"], rows)
+    lines += ["", "Same lr, final step: F minus gamma 0, paired over seeds.", ""]
+    keys = [x.format(k=k) for x in FINAL_KEYS]
+    rows = [[key_] + [ci(d[x]) for x in keys] for key_, d in res["same_lr"].items()]
+    lines += table(["gamma@lr", *keys], rows)
+    lines += others_markdown(res, args) + ["", "Final metrics, mean ± sd over seeds.", ""]
+    cols = [*keys, "common mass"]
+    rows = [[arm] + [f"{v[x][0]:.3f} ± {v[x][1]:.3f}" for x in cols]
+            for arm, v in res["final"].items()]
+    return lines + table(["arm", *cols], rows) + [""]
+
+
+def others_markdown(res, args):
+    if not res["others"]:
+        return []
+    k = args.k
+    lines = ["", f"The other algorithms at lr {res['best_lr']:g}: gamma 0 minus {args.algo}'s "
+             f"gamma 0 (final), and F's gain over gamma 0 at matched pass@1 beside {args.algo}'s.",
+             ""]
+    rows = []
+    for algo in [args.algo, *res["others"]]:
+        clipped = res["clip_frac"][arm_name(algo, 0.0, res["best_lr"], args.n)]
+        if algo == args.algo:
+            rows.append([algo, "", "", "", "", "", "", f"{clipped:.2g}"])
+            continue
+        o = res["others"][algo]
+        vs = o["base_vs_" + args.algo]
+        rows.append([algo, f"{o['gamma']:g}", ci(vs["pass@1"]), ci(vs[f"pass@{k}"]),
+                     ci(o["F"]["gap"], 4), tests(o["F"]["gap"]),
+                     ci((o[args.algo + "_F"] or {}).get("gap"), 4), f"{clipped:.2g}"])
+    return lines + table(["algo", "gamma", "Δ pass@1", f"Δ pass@{k}", "F gain (its own)", "tests",
+                          f"F gain ({args.algo})", "clip_frac, gamma 0"], rows)
 
 
 def markdown(summary, args, wall):
-    n, m = args.eval_n, args.compare_m
-    f = lambda v: "-" if v is None else f"{v[0]:.3f} ± {v[1]:.3f}"  # noqa: E731
-    cols = ["pass@1", f"pass@{n}", f"rare pass@{n}", "listed_mass", "correct_mass", "m_ret", "m_ret_above_g0"]
-    lines = [f"### See it happen: {args.steps} steps, N = {args.n}, {args.prompts} prompts/step, "
-             f"{args.seeds} seeds (mean ± sd), {args.heldout} held-out problems, eval n = {n}",
-             "", "| arm | gamma | lr | focal_mean | " + " | ".join(cols) + " |", "|---" * (4 + len(cols)) + "|"]
-    for name, r in summary["arms"].items():
-        lr = "-" if r["lr"] is None else f"{r['lr']:.2e}"
-        gamma = "-" if r["gamma"] is None else f"{r['gamma']:g}"
-        lines.append(f"| {name} | {gamma} | {lr} | {r['focal_mean'][0]:.3f} | " + " | ".join(f(r.get(c)) for c in cols) + " |")
-    lines += ["", f"eval.py --compare (B minus A; m = {m}; p per seed):", "",
-              f"| A vs B | delta pass@1 | p | delta pass@{m} | p |", "|---|---|---|---|---|"]
-    for key, t in summary["tests"].items():
-        ps = lambda k: ", ".join(f"{p:.3f}" for p in t[f"p pass@{k} per seed"])  # noqa: E731
-        lines.append(f"| {key.replace('_vs_', ' vs ')} | {f(t['delta pass@1'])} | {ps(1)} | "
-                     f"{f(t[f'delta pass@{m}'])} | {ps(m)} |")
-    lines += ["", f"rare pass@{n}: over the held-out problems whose one answer is rare under the base model. "
-              f"listed_mass: the exact probability of the enumerated completions (answer_completions), of which "
-              f"correct_mass is the correct part. M_ret: SPEC Sec. 7 over correct answers with pi_0 < {args.rare_below}. m_ret_above_g0: M_ret minus the "
-              f"gamma-0 run's M_ret at the same correct mass (its trajectory). Wall time {wall:.0f} s."]
+    lines = [f"# See it happen: {args.seeds} seeds, {args.steps} steps, N = {args.n}, "
+             f"{args.prompts} prompts per step", "",
+             f"`python experiments/see_it_happen.py{' --quick' if args.quick else ''}`: "
+             f"{wall / 60:.1f} min on 2 shared cores ({args.workers} workers). Every figure is "
+             f"exact over {args.heldout} held-out prompts (see the module docstring); "
+             f"pass@{args.k} of a mix is the expectation over its kinds.", ""]
+    for mix, res in summary["mixes"].items():
+        lines += mix_markdown(mix, res, args)
+    if summary["check"]:
+        k = args.k
+        lines += ["## eval.py cross-check (sampled, n = {}) against the exact figures".format(
+            args.eval_n), ""]
+        rows = [[c["seed"]] + [f"{c[f'{w} pass@{x}']:.3f}" for x in ("1", str(k))
+                               for w in ("sampled", "exact")] for c in summary["check"]]
+        lines += table(["seed", "sampled pass@1", "exact pass@1", f"sampled pass@{k}",
+                        f"exact pass@{k}"], rows)
     return "\n".join(lines) + "\n"
 
 
-def plot(seeds, args, path_passk, path_mass):
+def median_path(paths, keys):
+    """The step-by-step median over seeds of trajectories measured at the same steps (a run that
+    breaks down in one seed does not drag the line)."""
+    return [[statistics.median(p[i][key] for p in paths) for i in range(len(paths[0]))]
+            for key in keys]
+
+
+def plot(traj, summary, args, path):
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("note: pip install matplotlib to get the plots")
+        print("note: pip install matplotlib to get the plot")
         return
-    variants = {"g0": ("gamma 0", "C3"), "F": ("F (paper gamma)", "C0"), "g0_lrscaled": ("gamma 0, lr x focal_mean", "C2")}
-    kinds = [None, "rare"]
-    fig, axes = plt.subplots(2, len(args.algos), figsize=(4 * len(args.algos), 6.4), squeeze=False)
-    for col, algo in enumerate(args.algos):
-        for row, kind in enumerate(kinds):
-            ax = axes[row][col]
-            for name, (label, color) in {"base": ("base model", "k"), **{f"{algo}_{v}": x for v, x in variants.items()}}.items():
-                recs = [s["base"] if name == "base" else s["arms"][name] for s in seeds]
-                ks = evaluator.powers_of_two(args.eval_n)
-                ys = [statistics.fmean(passk_of(r, k, kind, args.heldout_kinds) for r in recs) for k in ks]
-                ax.plot(ks, ys, "o-", color=color, label=label, ms=3)
-            ax.set_xscale("log", base=2)
-            ax.set(title=f"{algo}: {'all held-out' if kind is None else 'rare-answer'} problems", xlabel="k", ylabel="pass@k")
-    axes[0][0].legend(fontsize=7)
+    k, mixes = args.k, args.mixes
+    colors = {g: f"C{i}" for i, g in enumerate(args.gammas)}
+    fig, axes = plt.subplots(3, len(mixes), figsize=(6.5 * len(mixes), 15), squeeze=False)
+    for col, mix in enumerate(mixes):
+        lr = summary["mixes"][mix]["best_lr"]
+        for g in args.gammas:
+            for n, style in ((args.n, "-"), ("exact", "--")):
+                lrs = args.lrs if n == args.n else [lr]
+                for x in [x for x in lrs if arm_name(args.algo, g, x, n) in traj[0][mix]]:
+                    p1, pk, rare = median_path([t[mix][arm_name(args.algo, g, x, n)] for t in traj],
+                                               ["pass@1", f"pass@{k}", "rare mass"])
+                    label = f"gamma {g:g}, " + (f"exact, lr {x:g}" if n == "exact" else
+                                                f"N {n}, every lr")
+                    look = dict(linestyle=style, marker=".", color=colors[g], alpha=0.5, lw=1)
+                    axes[0][col].plot(p1, pk, label=label if x == lrs[0] else None, **look)
+                    axes[1][col].plot(p1, rare, **look)
+            plot_mean_frontier(axes[0][col], traj, mix, g, args, colors[g])
+        axes[0][col].set(title=f"{mix} mix: runs (median over seeds); thick: mean frontier",
+                         xlabel="pass@1", ylabel=f"pass@{k}")
+        axes[1][col].set(title=f"{mix} mix: the rare strategy's mass (median over seeds)",
+                         xlabel="pass@1", ylabel="rare mass")
+        axes[0][col].legend(fontsize=7)
+        plot_gaps(axes[2][col], summary["mixes"][mix], args)
+        axes[2][col].set_title(f"{mix} mix: F minus gamma 0, pass@{k} at matched pass@1")
     fig.tight_layout()
-    fig.savefig(path_passk, dpi=110)
-    plt.close(fig)
-    fig, axes = plt.subplots(3, len(args.algos), figsize=(4 * len(args.algos), 9.6), squeeze=False)
-    mass0 = [float((torch.tensor(s["p0"]) * correct_mask(args.heldout_problems)).sum(-1).mean()) for s in seeds]
-    for col, algo in enumerate(args.algos):
-        for v, (label, color) in variants.items():
-            curves = [[(0, m0, 1.0)] + [(c["step"], c["correct_mass"], c["m_ret"]) for c in s["arms"][f"{algo}_{v}"]["curve"]]
-                      for s, m0 in zip(seeds, mass0)]
-            steps = [x[0] for x in curves[0]]
-            for row in (0, 1):  # over steps: mean over seeds, the band from the lowest seed to the highest
-                ys = [[x[row + 1] for x in c] for c in curves]
-                axes[row][col].plot(steps, [statistics.fmean(y) for y in zip(*ys)], "-", color=color, label=label)
-                axes[row][col].fill_between(steps, [min(y) for y in zip(*ys)], [max(y) for y in zip(*ys)],
-                                            color=color, alpha=0.15)
-            for i, c in enumerate(curves):  # the trade-off itself, one line per seed
-                axes[2][col].plot([x[1] for x in c], [x[2] for x in c], ".-", color=color, alpha=0.7,
-                                  label=label if i == 0 else None)
-        axes[0][col].set(title=f"{algo}: correct mass", xlabel="step")
-        axes[1][col].set(title=f"{algo}: M_ret (rare correct answers)", xlabel="step")
-        axes[2][col].set(title=f"{algo}: M_ret against correct mass", xlabel="correct mass", ylabel="M_ret")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path_mass, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def passk_of(rec, k, kind, kinds):
-    return statistics.fmean(fgrpo.pass_at_k(n, c, k) for n, c, kd in zip(rec["samples"], rec["correct"], kinds)
-                            if kind is None or kd == kind)
+def plot_mean_frontier(ax, traj, mix, g, args, color):
+    names = [arm_name(args.algo, g, x, args.n) for x in args.lrs]
+    lo = min(t[mix][names[0]][0]["pass@1"] for t in traj)
+    hi = min(ceiling([t[mix][n] for n in names]) for t in traj)
+    xs = [lo + (hi - lo) * i / 40 for i in range(41)]
+    ys = [[frontier_at([t[mix][n] for n in names], x, args.k) for t in traj] for x in xs]
+    pts = [(x, statistics.fmean(y)) for x, y in zip(xs, ys) if None not in y]
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=color, lw=2.5)
+
+
+def plot_gaps(ax, res, args):
+    """Each comparison's per-seed gap at matched pass@1 (dots) with its mean and 95% interval."""
+    rows = [(f"F {g} sweep", c["gaps"], c["gap"]) for g, c in res["frontier"].items()]
+    for g, e in res["exact"].items():
+        rows += [(f"F {g} N {args.n}", e.get("gaps_n"), e.get("gap_n")),
+                 (f"F {g} exact", e.get("gaps_exact"), e.get("gap_exact"))]
+    rows = [r for r in rows if r[1]]
+    for i, (label, gaps, s) in enumerate(rows):
+        ax.plot([i] * len(gaps), gaps, "o", color="C0", alpha=0.5, ms=4)
+        if s["lo"] is not None:
+            err = [[s["mean"] - s["lo"]], [s["hi"] - s["mean"]]]
+            ax.errorbar([i + 0.15], [s["mean"]], yerr=err, fmt="s", color="k", capsize=3)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
+    ax.set(ylabel=f"pass@{args.k} gain (dots: seeds; squares: mean, 95% CI)")
+
+
+# ---------------------------------------------------------------- main
+def report_only(args):
+    """The tables and the plot again from a finished run's JSON, with the settings it ran with."""
+    saved = json.loads((args.out / f"{args.name}.json").read_text())
+    ran = argparse.Namespace(**{**saved["config"], "work": Path(saved["config"]["work"]),
+                                "out": args.out})
+    saved["summary"] = summary = summarise(saved["seeds"], ran, saved["summary"]["best_lr"])
+    (args.out / f"{args.name}.json").write_text(json.dumps(saved))
+    (args.out / f"{args.name}.md").write_text(markdown(summary, ran, saved["wall_s"]))
+    plot(trajectories(saved["seeds"], ran), summary, ran, args.out / f"{args.name}.png")
+    return saved
 
 
 def main(argv=None):
     args = parse_args(argv)
-    kept = torch.get_num_threads(), fgrpo.verify, sys.modules.get("vllm", main)
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    importlib.import_module("transformers.utils.logging").disable_progress_bar()  # per-arm save/load bars
-    sys.modules["vllm"] = None  # eval.py's transformers engine: no vLLM start per arm for a tiny model
-    fgrpo.verify = answer_set_verify  # training (fgrpo.sample_and_score) and eval.py call it by module name
-    try:
-        return run(args)
-    finally:  # in-process callers (the test) get fgrpo and vLLM back as they were
-        torch.set_num_threads(kept[0])
-        fgrpo.verify = kept[1]
-        sys.modules.pop("vllm") if kept[2] is main else sys.modules.update(vllm=kept[2])
-
-
-def run(args):
+    if args.report_only:
+        return report_only(args)
     t0 = time.time()
-    heldout = make_problems(args.heldout, random.Random(10_000), args.rare_digits, balanced=True)
-    args.heldout_problems, args.heldout_kinds = heldout, [p["kind"] for p in heldout]
+    heldout = make_digits(args.heldout, random.Random(10_000))
     args.work.mkdir(parents=True, exist_ok=True)
-    data = args.work / "heldout.jsonl"
-    data.write_text("".join(json.dumps(p) + "\n" for p in heldout))
-    seeds = [run_seed(s, heldout, data, args) for s in range(args.seeds)]
+    for mix in args.mixes:  # eval.py's file: the held-out prompts with kinds in the mix's shares
+        problems = make_problems(heldout, mix, None, exact_shares=True)
+        text = "".join(json.dumps(p) + "\n" for p in problems)
+        (args.work / f"heldout_{mix}.jsonl").write_text(text)
+    frontier = run_seeds(frontier_phase, args, heldout)
+    best = best_lrs(frontier, args)
+    print(f"best lr per mix: {best}", flush=True)
+    extra = run_seeds(best_lr_phase, args, heldout, best)
+    seeds = [{"seed": f["seed"], "base": f["base"], "check": e["check"],
+              "arms": {m: {**f["arms"][m], **e["arms"][m]} for m in args.mixes}}
+             for f, e in zip(frontier, extra)]
+    summary = summarise(seeds, args, best)
     wall = time.time() - t0
-    summary = summarise(seeds, heldout, args)
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    result = {"config": config, "heldout": heldout, "seeds": seeds, "summary": summary,
+              "wall_s": wall}
     args.out.mkdir(parents=True, exist_ok=True)
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-              if k not in ("heldout_problems", "heldout_kinds")}
-    result = {"config": config, "heldout": heldout, "seeds": seeds, "summary": summary, "wall_s": wall}
     (args.out / f"{args.name}.json").write_text(json.dumps(result))
     (args.out / f"{args.name}.md").write_text(markdown(summary, args, wall))
-    plot(seeds, args, args.out / f"{args.name}_passk.png", args.out / f"{args.name}_mass.png")
+    plot(trajectories(seeds, args), summary, args, args.out / f"{args.name}.png")
     print(markdown(summary, args, wall))
     return result
 
