@@ -371,7 +371,7 @@ TINY_MERGES = [("m", "a"), ("ma", "x"), (")", "="), ("\\", "b"), ("\\b", "o"), (
 def build_tiny(seed, warm_steps=150):
     """(2-layer Qwen2, its tokenizer, 2,000 train and 64 held-out problems) of the toy task
     "max(3,9,1,4,7)=" -> "\\boxed{9}", offline. A warm start on a random digit of each prompt
-    makes a base model right 1 time in 5: RL must find which digit."""
+    makes a base model right 1 time in 10: RL must find which digit."""
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
     # a byte-level BPE over the task's characters: a real Qwen2Tokenizer, as AutoTokenizer reloads
     chars = ["<pad>", "<eos>", *"0123456789,(){}=\\maxboed"]

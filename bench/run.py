@@ -117,10 +117,11 @@ def part_verify(s, _):
     """Row 2: both sides in one process, alternating; throughput is completions per second."""
     r = child("verify.py", "--problems", s["v_problems"], "--samples", s["v_samples"], "--reps", s["v_reps"])
     print(f"  verify.py: ours {r['times_ours']}, naive {r['times_naive']} s", flush=True)
-    note = (f"{r['distinct_pairs']:,} distinct (gold, answer key) pairs in {r['completions']:,} completions; "
-            f"the sides agree on {r['agree_frac']:.2%} of the scores")
+    note = (f"{r['distinct_pairs']:,} distinct (completion, gold) pairs in {r['completions']:,} "
+            f"completions; the sides agree on {r['agree_frac']:.2%} of the scores")
+    # the target: what two workers give (issue 20 dropped the answer-key deduplication)
     return [row(f"verify {s['v_problems']}x{s['v_samples']}: throughput", r["throughput_ours"],
-                r["throughput_naive"], "completions/s", ">= 5", note)], r
+                r["throughput_naive"], "completions/s", ">= 1.6", note)], r
 
 
 def part_train(s, folders):
