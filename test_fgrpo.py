@@ -944,8 +944,6 @@ def test_demo_learns_and_logs_every_metric(tmp_path, monkeypatch):
     assert lines[-1].startswith("step 60/60  reward ")
     noise = ("RotaryEmbedding", "Processed prompts", "Loading safetensors", "FutureWarning")
     assert not any(word in stdout for word in noise), stdout[-3000:]
-    if importlib.util.find_spec("matplotlib"):
-        assert (tmp_path / "metrics.png").stat().st_size > 10_000
     if wandb:  # every metric of metrics.jsonl, at its step
         history = _wandb_history(tmp_path)
         assert len(history) == 60
