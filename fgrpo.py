@@ -54,8 +54,7 @@ PAPER_GAMMA = {"grpo": 0.5, "dapo": 0.5, "cispo": 1.0}  # Table 7, Qwen2.5-7B
 HUB_FILES = {"agentica-org/DeepScaleR-Preview-Dataset": "deepscaler.json"}  # problem, answer
 RANK = int(os.environ.get("RANK", 0))  # this process's rank, set by torchrun
 WORLD = int(os.environ.get("WORLD_SIZE", 1))  # the number of ranks
-# a collective's wait in training: rank 0 alone downloads a 7B (15 GB) and writes each checkpoint
-# (30 GB) while the others wait; torch's default 30 minutes pass at 17 MB/s
+# a collective's wait in training: rank 0 alone downloads a 7B or writes its 30 GB checkpoint
 TRAIN_TIMEOUT = datetime.timedelta(hours=2)
 warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP in one process: meant
 
@@ -186,10 +185,8 @@ def group_advantages(rewards, gamma=0.0, eps=1e-6, correct=None):
     # a group whose rewards are all equal carries no signal: exactly 0, not float noise
     all_equal = (r == r[:, :1]).all(-1, keepdim=True)
     adv = adv.masked_fill(all_equal, 0.0)
-    if correct is None:
-        correct = r
     # Sec. 4, Eq. 13: A^F_i = g(x) * A_i, after the std normalisation
-    return focal_weight(correct, gamma)[:, None] * adv
+    return focal_weight(r if correct is None else correct, gamma)[:, None] * adv
 
 def overlong_penalty(lengths, max_len, buffer):
     """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476), added to the reward:
@@ -210,8 +207,7 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low, eps_high, num_t
                 DAPO 0.2, 0.28 (clip-higher); CISPO 1.0, 5.0 (its weight lies in [0, 6])
     num_tokens: the token-mean's denominator; default mask.sum(). Where an optimiser step spans
                 several micro-batches or ranks, pass the whole step's response token count.
-    dual_clip:  c > 1, or None (App. B). verl's PPO loss (clip_ratio_c = 3 there) also bounds a
-                token's objective with A < 0 below by c * A (Ye et al. 2020); not for CISPO.
+    dual_clip:  c > 1 or None (App. B): verl's clip_ratio_c (3 there), c * A bounds A < 0 below
     Returns (loss, stats); stats["clip_frac"]: the share of response tokens clipped (no grad)."""
     if dual_clip is not None and (algo == "cispo" or dual_clip <= 1):
         raise ValueError(f"dual_clip needs algo grpo or dapo and c > 1, got {algo}, {dual_clip}")
@@ -258,12 +254,10 @@ def _chunk_logprobs(head, hidden, targets, temperature):
 
 def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=512, mask=None):
     """log pi(x_{t+1} | x_{<=t}) at the sampling temperature: input_ids, attention_mask (B, T) ->
-    (B, T-1). mask (B, T-1): only its nonzero positions go through the lm_head; the rest are 0.
-    The lm_head runs on `chunk` positions at a time, recomputed in backward: one chunk of logits
-    is alive at a time. (No Gemma logit soft-capping.)"""
+    (B, T-1). Only mask's (B, T-1) nonzero positions (default all) go through the lm_head, `chunk`
+    at a time, recomputed in backward; the rest are 0. (No Gemma logit soft-capping.)"""
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # as generate() does
-    # the decoder's output, from a call through the root module so that FSDP2's hooks gather
-    # every weight (the root keeps its own, lm_head included, gathered until backward is done)
+    # the decoder's output, through the root module: FSDP2's hooks gather every weight, lm_head too
     hidden = []
     hook = model.get_decoder().register_forward_hook(
         lambda module, args, out: hidden.append(out.last_hidden_state))
@@ -464,8 +458,7 @@ def needs_relaunch():  # plain `python` on a multi-GPU node: it should run a ran
     return torch.cuda.device_count() > 1 and "LOCAL_RANK" not in os.environ
 
 def relaunch_under_torchrun():
-    """This command again under torchrun, a rank per GPU; its arguments apart from torchrun's,
-    whose parser takes --n for --nnodes (pytorch#120601)."""
+    """This command under torchrun, a rank per GPU; the arguments apart (pytorch#120601: --n)."""
     from torch.distributed import run as torchrun
     gpus = torch.cuda.device_count()
     # torchrun gives each rank one OpenMP thread unless told: collation wants the cores shared out
@@ -583,8 +576,7 @@ def vllm_rollout(engine, tok, prompts, n, args, seed, stop):
     params = [SamplingParams(n=n, temperature=args.temperature, top_p=args.top_p, top_k=0,
                              seed=seed + i * n, max_tokens=args.max_new_tokens,
                              stop_token_ids=stop) for i in range(len(ids))]
-    outs = engine.generate([{"prompt_token_ids": i} for i in ids], params,
-                           use_tqdm=False)
+    outs = engine.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=False)
     return [Sample(i, list(c.token_ids), c.finish_reason == "length")
             for i, o in zip(ids, outs) for c in o.outputs]
 
@@ -610,11 +602,6 @@ def start_vllm(args, path, model):
     torch.set_num_threads(threads)  # vLLM's CPU build lowers it for serving; training wants it
     return engine  # awake, with the weights it loaded
 
-def full_weights(model, dtype):
-    """(name, tensor) of every weight, each gathered from FSDP2's shards when vLLM pulls it."""
-    for name, p in model.state_dict().items():
-        yield name, (p.full_tensor() if hasattr(p, "full_tensor") else p).to(dtype)
-
 def sync_weights(engine, model):
     """Wake vLLM and stream the trainer's weights in (vLLM 0.32.0's reload_weights takes any
     iterable). Level-2 sleep dropped vLLM's weights: wake them first, the KV cache last."""
@@ -622,7 +609,9 @@ def sync_weights(engine, model):
     if cuda:
         torch.cuda.empty_cache()
         engine.wake_up(tags=["weights"])
-    weights = full_weights(model, torch.bfloat16 if cuda else torch.float32)
+    dtype = torch.bfloat16 if cuda else torch.float32
+    weights = ((name, (p.full_tensor() if hasattr(p, "full_tensor") else p).to(dtype))
+               for name, p in model.state_dict().items())  # gathered one by one, as vLLM pulls
     engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
     if cuda:
         torch.cuda.empty_cache()
@@ -630,8 +619,8 @@ def sync_weights(engine, model):
     engine.reset_prefix_cache()  # cached KV came from the old weights
 
 # ------------------------------------------------------------------------------------------------
-# Rewards: verl's math-verify reward, in worker processes. Every item has an outer timeout that
-# restarts the workers: math-verify's own signal.alarm cannot stop a hang in C.
+# Rewards: verl's math-verify reward, in worker processes. Each message of items has an outer
+# timeout that restarts the workers: math-verify's own signal.alarm cannot stop a hang in C.
 def verl_reward(completion, gold):
     """verl's compute_score (verl/utils/reward_score/math_verify.py), the paper's reward: gold as
     \\boxed{gold}, LaTeX extraction; the whole completion, expression and LaTeX extraction."""
@@ -655,42 +644,55 @@ def verify(completions, golds, timeout=20.0):
 
 _POOL = None  # the verify workers: started at the first call, restarted after a hang
 
-def worker_pool():
-    """Forked workers, without train()'s SIGTERM handler: terminate() would wait on them forever."""
+def call_in_worker(fn, tasks):  # an error comes back as text: not every one unpickles
+    results = []
+    for task in tasks:
+        try:
+            results.append((fn(*task), ""))
+        except BaseException as e:
+            results.append((None, f"{type(e).__name__}: {e}"[:300]))
+    return results
+
+def map_from(fn, tasks, start, size, timeout, results, bar):
+    """tasks[start:] in the workers, `size` a message, into results; returns where it stopped:
+    len(tasks), or the first task of a message whose results are not in within `timeout` s."""
     global _POOL
-    if _POOL is None:
+    if _POOL is None:  # forked, without train()'s SIGTERM handler (terminate() would wait forever)
         _POOL = mp.get_context("fork").Pool(min(8, mp.cpu_count()), signal.signal,
                                             (signal.SIGTERM, signal.SIG_DFL))
         atexit.register(_POOL.terminate)  # before teardown, where Pool.__del__ would warn
-    return _POOL
+    starts = range(start, len(tasks), size)
+    jobs = _POOL.imap(functools.partial(call_in_worker, fn), [tasks[i:i + size] for i in starts])
+    for i in starts:
+        try:
+            done = jobs.next(timeout)
+        except mp.TimeoutError:  # a hang in C, or a killed worker: the message is lost
+            _POOL.terminate()
+            _POOL = None
+            return i
+        for j, (value, error) in enumerate(done, i):
+            if error:
+                warnings.warn(f"verify: an item failed and scores 0 ({error})")
+            else:
+                results[j] = value
+        bar.update(len(done))
+    return len(tasks)
 
-def pool_map(fn, tasks, timeout, default):
-    """[fn(*task) for task in tasks] in the workers. A task that raises or gives no result in
-    `timeout` s (a hang in C) gives `default`; after a hang, fresh workers run what is left."""
-    global _POOL
+def pool_map(fn, tasks, timeout, default, chunk=16):
+    """[fn(*task) for task in tasks] in the workers, `chunk` a message. A task that raises or hangs
+    gives `default`; after a lost message, fresh workers take one at a time to find the hung one."""
     results = [default] * len(tasks)
-    todo = list(range(len(tasks)))
+    start = 0
+    size = chunk
     with tqdm(total=len(tasks), desc="verify", leave=False, disable=None) as bar:
-        while todo:
-            jobs = [(i, worker_pool().apply_async(fn, tasks[i])) for i in todo]
-            todo = []
-            hung = False
-            for i, job in jobs:
-                if hung and not job.ready():  # after a hang: again, on fresh workers
-                    todo.append(i)
-                    continue
-                try:
-                    results[i] = job.get(0 if hung else timeout)
-                except mp.TimeoutError:
-                    warnings.warn(f"verify: an item got no result within {timeout}s and scores 0;"
-                                  " restarting workers")
-                    hung = True
-                except Exception as e:  # raised in the worker
-                    warnings.warn(f"verify: an item failed and scores 0 ({type(e).__name__}: {e})")
+        while start < len(tasks):
+            start = map_from(fn, tasks, start, size, timeout, results, bar)
+            if start < len(tasks) and size == 1:  # this very task hung: it scores `default`
+                warnings.warn(f"verify: an item got no result within {timeout}s and scores 0; "
+                              "restarting workers")
                 bar.update(1)
-            if hung:
-                _POOL.terminate()
-                _POOL = None
+                start += 1
+            size = 1 if start < len(tasks) and size > 1 else chunk
     return results
 
 # ------------------------------------------------------------------------------------------------
@@ -920,9 +922,7 @@ def log_step(m, log, steps):
 def save_and_stop(step, steps, args, last_save_end, last_save_seconds, sigterm_at):
     """(save now, stop now), alike on every rank: saves every --save-every steps, at the end and
     --save-minutes after the last. After SIGTERM: stop, saving only if it fits in the --grace."""
-    grace_left = math.inf
-    if sigterm_at:
-        grace_left = args.grace - (time.time() - sigterm_at[0])
+    grace_left = args.grace - (time.time() - sigterm_at[0]) if sigterm_at else math.inf
     grace_left = all_reduce([grace_left], "min")[0]
     overdue = time.time() - last_save_end >= 60 * args.save_minutes
     overdue = all_reduce([float(overdue)])[0] > 0
