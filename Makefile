@@ -28,7 +28,7 @@ demo:  ## F-DAPO on the tiny offline model and toy task, then eval.py before and
 table1:  ## the paper's Table 1 on a GPU node (experiments/table1.py); run again to resume; TABLE1="--plan", "--table", ...
 	$(PYTHON) experiments/table1.py $(TABLE1)
 
-table1-tiny:  ## the same pipeline on the tiny model, offline on a CPU (runs/table1-tiny): 9 min on 2 busy cores
+table1-tiny:  ## the same pipeline on the tiny model, offline on a CPU (runs/table1-tiny): 3 min on 2 cores
 	$(PYTHON) experiments/table1.py --model tiny $(TABLE1)
 
 bench:  ## ratios against the plain alternatives (bench/run.py): about 30 minutes; BENCH_QUICK=1 for a smoke run
