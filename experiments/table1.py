@@ -90,7 +90,8 @@ def parse_args(argv=None):
     a("--seeds", default="0", help="comma-separated seeds: each run trained and evaluated per "
       "seed (default: 0)")
     a("--train-flags", default="", metavar="FLAGS", help="extra flags for fgrpo.py, one quoted "
-      "string, e.g. \"--epochs 1 --max-new-tokens 4096\"; a single flag: --train-flags=--verbose")
+      "string, e.g. \"--epochs 1 --max-new-tokens 4096\"; a single flag: "
+      "--train-flags=--dynamic-sampling")
     a("--eval-flags", default="", metavar="FLAGS", help="extra flags for eval.py's sampling, "
       "e.g. \"--n 256 --benchmarks math500,aime24\"")
     a("--compare-flags", default="", metavar="FLAGS", help="extra flags for eval.py --compare, "
