@@ -692,7 +692,7 @@ def pool_map(fn, tasks, timeout, default, chunk=16):
                               "restarting workers")
                 bar.update(1)
                 start += 1
-            size = 1 if start < len(tasks) and size > 1 else chunk
+            size = chunk if size == 1 else 1  # after a lost message: singly, to the hung one
     return results
 
 # ------------------------------------------------------------------------------------------------
