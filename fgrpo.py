@@ -161,9 +161,6 @@ def check_args(args, error):
         error("--temperature must be > 0 and --top-p in (0, 1]")
     if args.wandb and not importlib.util.find_spec("wandb"):
         error("--wandb needs wandb: pip install wandb")
-    if args.rollout == "hf" and torch.cuda.is_available() and args.model != "tiny":
-        error("--rollout hf on GPUs would take hours per step (generate() under FSDP2 gathers "
-              "every layer for every token): pip install vllm==0.32.0")
 
 # ------------------------------------------------------------------------------------------------
 # ALGO LOGIC: the paper's math. Pure functions of tensors: paste them anywhere.
@@ -467,9 +464,9 @@ def relaunch_under_torchrun():
     launch.training_script_args = sys.argv[1:]
     torchrun.run(launch)  # raises if a rank failed
 
-def check_gpu_memory(args):
-    """Exit in one line, before loading, where a GPU cannot hold its share: FSDP2's fp32 weights,
-    gradients and AdamW moments (16 bytes a parameter, over the ranks) beside vLLM's --vllm-mem."""
+def check_gpus(args):
+    """Exit in one line, before loading, where GPUs cannot run the model: --rollout hf over 1B
+    parameters, or a GPU's share of FSDP2's fp32 state (16 bytes a parameter) beside --vllm-mem."""
     if args.model == "tiny" or not torch.cuda.is_available():
         return
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -479,6 +476,9 @@ def check_gpu_memory(args):
         return
     with torch.device("meta"):  # shapes only: no weights read
         params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    if args.rollout == "hf" and params > 1e9:  # generate() under FSDP2 gathers each layer a token
+        sys.exit(f"error: --rollout hf would sample {args.model} ({params / 1e9:.1f}B parameters) "
+                 "at hours a step on GPUs: pip install vllm==0.32.0")
     gpus = WORLD if "LOCAL_RANK" in os.environ else torch.cuda.device_count()  # after relaunch
     gib = torch.cuda.get_device_properties(0).total_memory / 2**30
     need = 16 * params / gpus / 2**30 + (args.vllm_mem * gib if args.rollout == "vllm" else 0)
@@ -990,7 +990,7 @@ def main():
     if args.model == build_parser().get_default("model") and not torch.cuda.is_available():
         sys.exit(f"error: {args.model} needs GPUs (about 120 GB of fp32 weights, gradients and "
                  "AdamW state); on this machine try --model tiny")
-    check_gpu_memory(args)
+    check_gpus(args)
     if needs_relaunch():  # plain `python fgrpo.py` on a multi-GPU node: a rank per GPU
         relaunch_under_torchrun()
     else:

@@ -791,15 +791,42 @@ def test_bad_flags_are_argparse_errors(argv, message, capsys):
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_rollout_hf_is_refused_on_gpus_but_for_the_tiny_demo(monkeypatch, capsys):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # generate() under FSDP2: hours
-    with pytest.raises(SystemExit) as e:
-        fgrpo.parse_args(["--model", "some/model", "--rollout", "hf"])
-    assert e.value.code == 2 and "pip install vllm" in capsys.readouterr().err
-    assert fgrpo.parse_args(["--model", "tiny", "--rollout", "hf"]).rollout == "hf"
-    monkeypatch.undo()
+def test_group_size_is_torchruns_spelling_of_n():
     args = fgrpo.parse_args(["--model", "tiny", "--rollout", "hf", "--group-size", "4"])
-    assert args.n == 4  # torchrun's spelling of --n
+    assert args.n == 4
+
+
+def _fake_gpus(monkeypatch, count=8, gib=141):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: type("Props", (), {"total_memory": gib * 2**30}))
+
+
+def test_rollout_hf_on_gpus_is_refused_by_model_size_not_name(tiny_saved, tmp_path, monkeypatch):
+    # table1's tiny campaign trains a saved tiny folder with --rollout hf: on a GPU node it must
+    # pass fgrpo.py's checks and reach the launch; a 7B folder with --rollout hf must not
+    from transformers import Qwen2Config
+    tiny = TABLE1.parse_args(["--model", "tiny", "--only", "dapo", "--work", str(tmp_path)])
+    tiny.tiny_settings = fgrpo.TINY
+    cmd = next(s.cmd for s in TABLE1.run_stages(tiny, 0) if s.name == "dapo/seed0/train")
+    cmd[cmd.index("--model") + 1] = str(tiny_saved / "model")
+    assert cmd[cmd.index("--rollout") + 1] == "hf"
+    _fake_gpus(monkeypatch)
+    launched = []
+    monkeypatch.setattr(fgrpo, "relaunch_under_torchrun", lambda: launched.append(1))
+    monkeypatch.setattr(sys, "argv", cmd[1:])
+    assert fgrpo.main() is None and launched == [1]
+    Qwen2Config(**QWEN25_7B_SHAPE).save_pretrained(tmp_path / "qwen7b")  # a config, no weights
+    monkeypatch.setattr(fgrpo, "load_policy", None)  # nothing may be loaded
+    monkeypatch.setattr(sys, "argv", ["fgrpo.py", "--model", str(tmp_path / "qwen7b"),
+                                      "--rollout", "hf"])
+    with pytest.raises(SystemExit) as e:
+        fgrpo.main()
+    message = str(e.value.code)
+    assert "\n" not in message and message.startswith("error: --rollout hf would sample")
+    assert "(7.6B parameters) at hours a step on GPUs: pip install vllm" in message
+    assert launched == [1]
 
 
 def test_paper_defaults_per_algo():
@@ -970,6 +997,11 @@ def test_headline_command_on_a_machine_without_a_gpu_is_one_line(tmp_path):
     assert not (tmp_path / "runs").exists()  # said before loading or writing anything
 
 
+QWEN25_7B_SHAPE = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+                       num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                       tie_word_embeddings=False)  # Qwen2.5-7B's config.json
+
+
 def _qwen25_7b_parameters():  # by hand from Qwen2.5-7B's config.json shapes; q, k, v have biases
     vocab, hidden, mlp, layers, kv = 152064, 3584, 18944, 28, 4 * 128
     attention = (hidden * hidden + hidden) + 2 * (hidden * kv + kv) + hidden * hidden
@@ -979,10 +1011,7 @@ def _qwen25_7b_parameters():  # by hand from Qwen2.5-7B's config.json shapes; q,
 def test_a_model_the_gpus_cannot_hold_is_refused_in_one_line_before_loading(tmp_path,
                                                                              monkeypatch):
     from transformers import Qwen2Config
-    config = Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
-                         num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
-                         tie_word_embeddings=False)
-    config.save_pretrained(tmp_path / "qwen7b")  # the config alone: no weights to load
+    Qwen2Config(**QWEN25_7B_SHAPE).save_pretrained(tmp_path / "qwen7b")  # no weights to load
     gpus = [1]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus[0])
@@ -1252,6 +1281,40 @@ def test_eval_registry_files_become_problems_math_verify_can_score(tmp_path, mon
     with pytest.raises(SystemExit, match="^error: olympiadbench: cannot download test.jsonl of the "
                                          "Hub dataset math-ai/olympiadbench \\(OSError\\)$"):
         evaluator.load_benchmarks(args)
+
+
+def test_eval_reads_the_parquet_benchmarks_aime24_and_amc23(tmp_path, monkeypatch):
+    # the Hub serves these two only as parquet: files of their columns and types (an integer id,
+    # amc23's answers as float64), handed in place of the download, read by eval.py's own reader
+    import argparse
+    import huggingface_hub
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    aime = {"id": [60, 61], "problem": ["Find $m+n$.", "Find $N$."], "url": ["a", "b"],
+            "solution": ["so $m+n=\\boxed{204}$", "$\\boxed{\\frac{1}{2}}$, i.e. $\\boxed{73}$"]}
+    amc = {"id": [0, 1], "question": ["What is $x$?", "Compute $y$."], "answer": [27.0, 0.5],
+           "url": ["c", "d"]}
+    files = {}
+    for repo, table in (("math-ai/aime24", aime), ("math-ai/amc23", amc)):
+        files[repo] = tmp_path / repo.split("/")[1] / evaluator.PARQUET
+        files[repo].parent.mkdir()
+        pq.write_table(pa.table(table), files[repo])
+    asked = []
+
+    def download(repo, file, repo_type):
+        asked.append((repo, file, repo_type))
+        return str(files[repo])
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    args = argparse.Namespace(data=None, benchmarks="aime24,amc23")
+    benches = evaluator.load_benchmarks(args)
+    assert asked == [(repo, "test-00000-of-00001.parquet", "dataset") for repo in files]
+    assert benches["aime24"] == ("math", [{"problem": "Find $m+n$.", "answer": "204"},
+                                          {"problem": "Find $N$.", "answer": "73"}])
+    assert benches["amc23"] == ("math", [{"problem": "What is $x$?", "answer": "27.0"},
+                                         {"problem": "Compute $y$.", "answer": "0.5"}])
+    golds = [p["answer"] for _, problems in benches.values() for p in problems]
+    texts = ["\\boxed{204}", "\\boxed{1/2}", "\\boxed{27}", "\\boxed{\\frac{1}{2}}"]
+    assert fgrpo.verify(texts, golds) == [1, 0, 1, 1]
 
 
 def _results(folder, correct, n=16, ids=None, name="toy"):

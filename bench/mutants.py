@@ -150,4 +150,9 @@ MUTANTS = [
         'r["scores"] = fgrpo.verify(r["completions"], [r["answer"]] * args.n)',
         'r["scores"] = r["scores"]',
         "--rescore verifies nothing"),
+    # ---- checks before a GPU run
+    bug("gpu_hf_refused_whatever_the_size", "fgrpo.py",
+        'if args.rollout == "hf" and params > 1e9:',
+        'if args.rollout == "hf":',
+        "table1's tiny campaign (a 2-layer model, --rollout hf) is refused on a GPU node"),
 ]
