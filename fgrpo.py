@@ -10,7 +10,7 @@ so prompts the policy already solves push less, and probability mass is not shar
 common correct solutions at the expense of rare ones. Rewards, clip bounds and importance ratios
 are unchanged; gamma = 0 is exactly the base algorithm.
 
-    python fgrpo.py --model tiny --algo dapo --gamma 1   # the CPU demo, about 2 minutes
+    python fgrpo.py --model tiny --algo dapo --gamma 1   # the CPU demo, about a minute
     python fgrpo.py --algo dapo --gamma 1                # the paper's run, every GPU of the node
     python fgrpo.py --algo dapo --gamma 1 --resume       # continue a killed run
     torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HOST:29500 \\
@@ -108,6 +108,7 @@ def add_run_flags(parser):
     a("--out", default="runs/fgrpo", help="folder for metrics.jsonl and checkpoints")
     a("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     a("--save-every", type=int, default=50, help="checkpoint every K steps (and at the end)")
+    a("--keep-weights", action="store_true", help="keep every checkpoint's model (7B: 30 GB)")
     a("--save-minutes", type=float, default=30, help="also checkpoint this long after the last")
     a("--grace", type=float, default=30, help="seconds from SIGTERM to SIGKILL (SLURM, k8s: 30)")
     a("--seed", type=int, default=0, help="seed for data order, initialisation and sampling")
@@ -521,8 +522,7 @@ def shard(model, device):
     return model
 
 # ------------------------------------------------------------------------------------------------
-# Rollout: N samples per prompt, from vLLM (one engine per rank, beside the trainer) or from
-# transformers' generate().
+# Rollout: N samples a prompt, from vLLM (an engine per rank, beside the trainer) or generate().
 class Sample(NamedTuple):
     """One completion of a prompt, as token ids; it ends with a stop token unless truncated."""
     prompt_ids: list
@@ -765,7 +765,7 @@ def train_step(model, opt, ids, attn, mask, adv, args):
 # Checkpoints: OUT/step_K holds the full HF model (transformers and vLLM load it as it is),
 # trainer_state.pt and the sharded optimizer (torch.distributed.checkpoint); OUT/latest names it.
 # Each is written to step_K.tmp, then renamed: a kill leaves the one before whole.
-def save_checkpoint(out, model, tok, opt, sched, step, data_pos):
+def save_checkpoint(out, model, tok, opt, sched, step, data_pos, keep_weights=False):
     final = out / f"step_{step:06d}"
     tmp = out / f"step_{step:06d}.tmp"
     if RANK == 0:
@@ -786,8 +786,9 @@ def save_checkpoint(out, model, tok, opt, sched, step, data_pos):
         tmp.rename(final)
         (out / "latest.tmp").write_text(final.name)
         (out / "latest.tmp").replace(out / "latest")
-        for old in set(out.glob("step_*")) - {final}:
-            shutil.rmtree(old)
+        for old in set(out.glob("step_*")) - {final}:  # --keep-weights: the model, for eval.py
+            shutil.rmtree(old / "optimizer" if keep_weights and old.suffix != ".tmp" else old,
+                          ignore_errors=True)  # a kept one's optimizer went at the save after it
     barrier()
 
 def load_state(ckpt, model, opt, sched):
@@ -978,12 +979,11 @@ def train(args):
                                    sigterm_at)
         if save:
             started = time.time()
-            save_checkpoint(out, model, tok, opt, sched, step, stream.position)
+            save_checkpoint(out, model, tok, opt, sched, step, stream.position, args.keep_weights)
             last_save_end = time.time()
             last_save_seconds = last_save_end - started
         if stop:
-            sys.exit(f"stopped by SIGTERM after step {step}; --resume continues from the last "
-                     "checkpoint")
+            sys.exit(f"stopped by SIGTERM after step {step}; --resume goes on from the last save")
 
 def main():
     args = parse_args()

@@ -510,7 +510,7 @@ def test_loop_follows_the_data_stream_and_warmup_and_resumes_exactly(tiny_saved,
         finally:
             signal.signal(signal.SIGTERM, handler)
         return [NOT_TIME(json.loads(x)) for x in (tmp_path / out / "metrics.jsonl").open()]
-    straight = train("straight", "--epochs", "2")  # 2 * 12 // 4 = 6 steps
+    straight = train("straight", "--epochs", "2", "--keep-weights")  # 2 * 12 // 4 = 6 steps
     assert [m["step"] for m in straight] == [1, 2, 3, 4, 5, 6]
     # linear warm-up over 3 steps, then constant (App. L)
     assert [m["lr"] for m in straight] == pytest.approx([1e-2 / 3, 2e-2 / 3] + [1e-2] * 4)
@@ -528,6 +528,24 @@ def test_loop_follows_the_data_stream_and_warmup_and_resumes_exactly(tiny_saved,
              for run in ("straight", "resumed")]
     assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
     assert (tmp_path / "resumed" / "latest").read_text() == "step_000006"
+    _check_kept_weights(tmp_path / "straight", tmp_path / "resumed", final[0])
+
+
+def _check_kept_weights(kept, plain, final):
+    """--keep-weights keeps each older checkpoint's model and tokenizer for eval.py, without its
+    optimizer state; without it, only the latest checkpoint is left."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    assert sorted(p.name for p in plain.glob("step_*")) == ["step_000006"]
+    assert sorted(p.name for p in kept.glob("step_*")) == [f"step_00000{i}" for i in (2, 4, 6)]
+    assert (kept / "step_000006" / "optimizer").is_dir()
+    for step in ("step_000002", "step_000004"):
+        assert not (kept / step / "optimizer").exists()
+        AutoTokenizer.from_pretrained(kept / step)
+        model = AutoModelForCausalLM.from_pretrained(kept / step).state_dict()
+        weights = load_file(kept / step / "model.safetensors")
+        assert all(torch.equal(model[k], weights[k]) for k in weights)
+        assert not all(torch.equal(weights[k], final[k]) for k in final)  # that step's, not a copy
 
 
 def test_sample_and_score_scores_each_completion_against_its_own_problem(monkeypatch):

@@ -150,6 +150,10 @@ MUTANTS = [
         'r["scores"] = fgrpo.verify(r["completions"], [r["answer"]] * args.n)',
         'r["scores"] = r["scores"]',
         "--rescore verifies nothing"),
+    bug("checkpoint_keep_weights_ignored", "fgrpo.py",
+        'old / "optimizer" if keep_weights and',
+        'old / "optimizer" if False and',
+        "--keep-weights deletes the older models a researcher meant to evaluate"),
     # ---- checks before a GPU run
     bug("gpu_hf_refused_whatever_the_size", "fgrpo.py",
         'if args.rollout == "hf" and params > 1e9:',
