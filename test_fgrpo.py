@@ -1746,6 +1746,38 @@ def test_readme_commands_use_real_flags(tmp_path):
         "bad.md:4: fgrpo.py has no flag --gama", "bad.md:5: eval.py has no flag --nope"]
 
 
+CITED = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)"  # a markdown link to a file here, or a file
+                   r"|`((?:docs|bench|experiments|integrations)/[\w./-]+\.(?:md|json|png|py))`")
+
+
+NOT_YET_WRITTEN = {"bench/gpu_results.json"}  # make gpu-check's output: no GPU has run it yet
+
+
+def _cited_files_missing(paths):
+    """Every file a markdown file links to (relative to it) or names in backticks (relative to
+    the repository) that does not exist, as "file:line: path"."""
+    missing = []
+    for path in paths:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for link, named in CITED.findall(line):
+                target = path.parent / link if link else HERE / named
+                if link.startswith(("http://", "https://")) or target.exists() \
+                        or named in NOT_YET_WRITTEN:
+                    continue
+                missing.append(f"{path.name}:{n}: {link or named}")
+    return missing
+
+
+def test_every_file_the_docs_cite_exists(tmp_path):
+    docs = [HERE / "README.md", *sorted((HERE / "docs").glob("*.md")),
+            *sorted((HERE / "experiments" / "results").glob("*.md"))]
+    assert not _cited_files_missing(docs), "\n".join(_cited_files_missing(docs))
+    bad = tmp_path / "bad.md"  # and it finds a missing one, either way of citing
+    bad.write_text("see [x](docs/nope.md#a), [y](https://e.org) and `bench/gone.json`\n"
+                   f"and [z]({HERE / 'README.md'})\n")
+    assert _cited_files_missing([bad]) == ["bad.md:1: docs/nope.md", "bad.md:1: bench/gone.json"]
+
+
 def test_the_files_keep_their_budgets():
     # the guide's budgets: lines of at most 100 characters in fgrpo.py, eval.py and this file;
     # fgrpo.py at most 1,000 lines and eval.py 400; no function of the three over 50 lines
