@@ -1,6 +1,6 @@
 """How often eval.py --compare says p < 0.05 when A and B are equally good, and when B is better.
 
-    python bench/compare_calibration.py           # n = 1024, m = 128 to 768, 30 problems (~3 min)
+    python bench/compare_calibration.py           # n = 1024, m = 128 to 768, 30 problems (75 s)
     python bench/compare_calibration.py --repeats 200 --ms 256   # a quick look at the paper's m
 
 Each repeat draws two result folders: every problem's correct count Binomial(n, rate), for A and
