@@ -2425,3 +2425,128 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     (work / "resumed" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     (work / "resumed.log").write_text(log.replace(f"step {stopped + 1}/", "step 1/"))
     assert not gpu_check.judge_loop(work, dict(keep))[1]
+
+
+# ---------------------------------------------------------------- issue 32: --compare's subsamples
+# and p-value held against exact probabilities (math.comb) and the normal theory of the test
+def _hypergeometric_pmf(n, c, m):
+    """P(j correct among m of n samples drawn without replacement, c of them correct), j = 0..m."""
+    return np.array([math.comb(c, j) * math.comb(n - c, m - j) / math.comb(n, m)
+                     for j in range(m + 1)])
+
+
+def _comb_pass_at_k(n, c, k):  # Chen et al.'s 1 - C(n-c, k) / C(n, k) in whole numbers
+    return 1 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def _one_problem_subsamples(n, c, m, ks, model, draws):
+    """pass@k (draws, len(ks)) of one problem's m-of-n subsamples as `model` ("a" or "b"), read
+    off subsample_deltas: the other model has no correct sample, so its pass@k is 0 every time."""
+    none = (np.array([n]), np.array([0]))
+    mine = (np.array([n]), np.array([c]))
+    rng = np.random.default_rng(0)
+    if model == "b":
+        return evaluator.subsample_deltas(none, mine, m, ks, draws, rng)
+    return -evaluator.subsample_deltas(mine, none, m, ks, draws, rng)
+
+
+def _chi_square(counts, pmf):
+    """Pearson's statistic and degrees of freedom; bins expecting under 5 draws pooled into one."""
+    expected = pmf * counts.sum()
+    few = expected < 5
+    observed = np.append(counts[~few], counts[few].sum())
+    expected = np.append(expected[~few], expected[few].sum())
+    used = expected > 0
+    return float(((observed - expected)[used] ** 2 / expected[used]).sum()), int(used.sum()) - 1
+
+
+@pytest.mark.parametrize("n, c, m", [(16, 5, 8), (64, 40, 16), (64, 3, 32), (32, 31, 8)])
+def test_compare_subsamples_are_hypergeometric_and_keep_pass_at_k_unbiased(n, c, m):
+    draws = 20_000
+    ks = evaluator.powers_of_two(m)
+    pmf = _hypergeometric_pmf(n, c, m)
+    for model in "ab":
+        passk = _one_problem_subsamples(n, c, m, ks, model, draws)
+        correct = np.rint(passk[:, 0] * m).astype(int)  # pass@1 of m samples is correct / m
+        assert np.allclose(passk[:, 0] * m, correct, atol=1e-9)
+        counts = np.bincount(correct, minlength=m + 1)
+        assert len(counts) == m + 1 and counts[pmf == 0].sum() == 0  # never outside the support
+        stat, df = _chi_square(counts, pmf)
+        assert stat < df + 6 * math.sqrt(2 * df), (model, stat, df)  # about 1 in 2,000 or rarer
+        for j, k in enumerate(ks):
+            values = np.array([_comb_pass_at_k(m, x, k) for x in range(m + 1)])
+            exact = _comb_pass_at_k(n, c, k)
+            # App. P's estimator stays unbiased under subsampling:
+            # E pass@k(m, C*, k) = pass@k(n, c, k)
+            assert (pmf * values).sum() == pytest.approx(exact, abs=1e-12)
+            spread = math.sqrt((pmf * (values - exact) ** 2).sum())  # one draw's sd, exact
+            error = abs(passk[:, j].mean() - exact)
+            assert error <= 5 * spread / math.sqrt(draws) + 1e-12, (model, k, error)
+
+
+def _compare_p_values(rates_a, rates_b, n, m, iters, seed, repeats=200):
+    """--compare's pass@1 p-value on `repeats` pairs of folders, each problem's correct counts drawn
+    Binomial(n, rate) for A and for B."""
+    rng = np.random.default_rng(seed)
+    samples = np.full(len(rates_a), n)
+    p = []
+    for _ in range(repeats):
+        a = (samples, rng.binomial(n, rates_a))
+        b = (samples, rng.binomial(n, rates_b))
+        p.append(evaluator.two_sided_p(evaluator.subsample_deltas(a, b, m, [1], iters, rng))[0])
+    return np.array(p)
+
+
+def _predicted_share(rates_a, rates_b, n, m, iters, t):
+    """P(p < t) of the pass@1 test by its normal theory. Per problem and model, pass@1 from n
+    samples has variance r (1 - r) / n, and its m-of-n subsample (hypergeometric) adds, given the
+    data, r (1 - r) (1/m - 1/n) on average: delta ~ N(D, s^2) and delta* | delta ~ N(delta,
+    (n/m - 1) s^2). Of `iters` draws, Binomial(iters, Phi(-delta / s*)) fall below 0, and
+    p = 2 (fewer side + 1) / (iters + 1). Ties at 0 (a lattice step 1/(m P)) are left out."""
+    from statistics import NormalDist
+    sigma = math.sqrt((rates_a * (1 - rates_a) + rates_b * (1 - rates_b)).sum() / n) / len(rates_a)
+    z = np.linspace(-8, 8, 801)
+    weight = np.exp(-z ** 2 / 2) / np.exp(-z ** 2 / 2).sum()
+    delta = (rates_b - rates_a).mean() + sigma * z
+    below = np.array([NormalDist().cdf(-d / (sigma * math.sqrt(n / m - 1))) for d in delta])
+    below = np.clip(below, 1e-300, 1 - 1e-16)[:, None]
+    x = np.arange(iters + 1)
+    log_comb = np.array([math.lgamma(iters + 1) - math.lgamma(j + 1) - math.lgamma(iters - j + 1)
+                         for j in x])
+    pmf = np.exp(log_comb + x * np.log(below) + (iters - x) * np.log1p(-below))
+    rejects = 2 * (np.minimum(x, iters - x) + 1) / (iters + 1) < t
+    return float(weight @ pmf[:, rejects].sum(1))
+
+
+def _binomial_interval(repeats, rate, outside=1e-3):
+    """The counts of Binomial(repeats, rate) but for `outside` of its mass, half in each tail."""
+    cdf = np.cumsum([math.comb(repeats, x) * rate ** x * (1 - rate) ** (repeats - x)
+                     for x in range(repeats + 1)])
+    return int(np.searchsorted(cdf, outside / 2)), int(np.searchsorted(cdf, 1 - outside / 2))
+
+
+def test_compare_p_value_under_the_null_and_its_power():
+    # 30 problems, n = 256, A and B with the same rates. delta* spreads sqrt(n/m - 1) times as
+    # wide as delta's own noise: at m = n / 2 the test is calibrated (p < t in a share t of the
+    # repeats); at the paper's m = n / 4 it is conservative, p < t in 2 Phi(-z_t/2 sqrt(3)) of them
+    # (0.07% for t = 0.05, 2.6% for 0.2, 24% for 0.5); see docs/eval.md
+    from statistics import NormalDist
+    n = 256
+    iters = 200
+    rates = np.linspace(0.1, 0.8, 30)
+    for m in (128, 64):
+        p = _compare_p_values(rates, rates, n, m, iters, seed=m)
+        for t in (0.05, 0.2, 0.5):
+            z = NormalDist().inv_cdf(1 - t / 2) * math.sqrt(n / m - 1)
+            predicted = _predicted_share(rates, rates, n, m, iters, t)
+            assert predicted == pytest.approx(2 * NormalDist().cdf(-z), abs=0.004)  # smoothing
+            low, high = _binomial_interval(len(p), predicted)
+            assert low <= (p < t).sum() <= high, (m, t, (p < t).sum(), (low, high))
+    # B right 2.5 points more often on every problem: 3.4 sd of delta. A calibrated 5% test finds
+    # it 93% of the time; this one at m = n / 4 49% (51% without the add-one smoothing)
+    better = rates + 0.025
+    p = _compare_p_values(rates, better, n, 64, iters, seed=1)
+    predicted = _predicted_share(rates, better, n, 64, iters, 0.05)
+    assert predicted == pytest.approx(0.49, abs=0.01)
+    low, high = _binomial_interval(len(p), predicted)
+    assert low <= (p < 0.05).sum() <= high, ((p < 0.05).sum(), (low, high))

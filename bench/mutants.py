@@ -150,6 +150,19 @@ MUTANTS = [
         'r["scores"] = fgrpo.verify(r["completions"], [r["answer"]] * args.n)',
         'r["scores"] = r["scores"]',
         "--rescore verifies nothing"),
+    bug("eval_compare_draws_from_n_plus_c", "eval.py",
+        "rng.hypergeometric(a[1], a[0] - a[1], m, size=size)\n"
+        "        cb = rng.hypergeometric(b[1], b[0] - b[1], m, size=size)",
+        "rng.hypergeometric(a[1], a[0], m, size=size)\n"
+        "        cb = rng.hypergeometric(b[1], b[0], m, size=size)",
+        "--compare subsamples from c right and n wrong samples, not n - c: biased deltas and p"),
+    bug("eval_compare_draws_with_replacement", "eval.py",
+        "rng.hypergeometric(a[1], a[0] - a[1], m, size=size)\n"
+        "        cb = rng.hypergeometric(b[1], b[0] - b[1], m, size=size)",
+        "rng.binomial(m, a[1] / a[0], size=size)\n"
+        "        cb = rng.binomial(m, b[1] / b[0], size=size)",
+        "m of n drawn with replacement (a bootstrap): a wider delta*, p-values too large"),
+    # ---- checkpoints
     bug("checkpoint_keep_weights_ignored", "fgrpo.py",
         'old / "optimizer" if keep_weights and',
         'old / "optimizer" if False and',
