@@ -2144,6 +2144,12 @@ def test_table1_commands_estimate_and_bad_flags(tmp_path, capsys):
     samples = (500 + 30 + 30 + 40 + 272 + 675) * 64
     assert cost.gpu_hours == pytest.approx((samples * 1000 / 4300 / 3600,
                                             samples * 3000 / 2800 / 3600))
+    hours = [TABLE1.estimate(s, args) for n, s in stages.items() if states[n] != "skip"]
+    hours = [sum(c.gpu_hours[i] for c in hours if c) for i in (0, 1)]
+    TABLE1.print_plan(list(stages.values()), args)  # GPU-hours over one node's 8 GPUs, in days
+    days = re.search(r"wall-clock: ~([\d,]+)-([\d,]+) days on one 8-GPU node",
+                     capsys.readouterr().out).groups()
+    assert days == tuple(f"{h / 8 / 24:,.0f}" for h in hours)
     tiny = TABLE1.parse_args(["--model", "tiny", "--only", "dapo", "--train-flags", "--steps 3",
                               "--work", str(tmp_path)])
     tiny.tiny_settings = fgrpo.TINY
