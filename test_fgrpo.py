@@ -2420,7 +2420,7 @@ def _trl_train(tiny_saved, out, trainer_class, **focal):
     return rewards, *advantages, [p.detach().clone() for p in trainer.model.parameters()], trainer
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: skipped before the session's tiny_saved is built
 def trl_trainers():
     pytest.importorskip("trl", reason="TRL is missing: make install (requirements.txt)")
     import warnings
@@ -2431,7 +2431,7 @@ def trl_trainers():
     return GRPOTrainer, FGRPOTrainer
 
 
-def test_trl_fgrpo_trains_on_group_advantages_of_its_rewards(tiny_saved, tmp_path, trl_trainers):
+def test_trl_fgrpo_trains_on_group_advantages_of_its_rewards(trl_trainers, tiny_saved, tmp_path):
     rewards, scored, trained, _, trainer = _trl_train(
         tiny_saved, tmp_path, trl_trainers[1], focal_gamma=1.0, correct_reward="_accuracy")
     assert len(scored) == 2
@@ -2456,7 +2456,7 @@ def test_trl_fgrpo_trains_on_group_advantages_of_its_rewards(tiny_saved, tmp_pat
     assert trainer.focal_weights(6).tolist() == [0.75] * 4 + [0.25] * 2
 
 
-def test_trl_fgrpo_at_gamma_zero_is_grpo_trainer_bit_for_bit(tiny_saved, tmp_path, trl_trainers):
+def test_trl_fgrpo_at_gamma_zero_is_grpo_trainer_bit_for_bit(trl_trainers, tiny_saved, tmp_path):
     plain = _trl_train(tiny_saved, tmp_path / "grpo", trl_trainers[0])
     focal = _trl_train(tiny_saved, tmp_path / "fgrpo", trl_trainers[1], focal_gamma=0.0)
     for a, b in zip(plain[:4], focal[:4]):  # rewards, advantages scored and trained on, weights
