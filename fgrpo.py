@@ -203,8 +203,8 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low, eps_high, num_t
     algo:       "grpo" | "dapo" | "cispo"
     eps_low, eps_high: the clip range; the paper's (App. B, L.2) are GRPO 0.2, 0.2;
                 DAPO 0.2, 0.28 (clip-higher); CISPO 1.0, 5.0 (its weight lies in [0, 6])
-    num_tokens: the token-mean's denominator; default mask.sum(). Where an optimiser step spans
-                several micro-batches or ranks, pass the whole step's response token count.
+    num_tokens: the token mean's denominator; default mask.sum(). Over micro-batches and ranks:
+                the step's response tokens, and backward() loss * world size (DDP/FSDP average).
     dual_clip:  c > 1 or None (App. B): verl's clip_ratio_c (3 there), c * A bounds A < 0 below
     Returns (loss, stats); stats["clip_frac"]: the share of response tokens clipped (no grad)."""
     if dual_clip is not None and (algo == "cispo" or dual_clip <= 1):
