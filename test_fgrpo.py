@@ -2570,12 +2570,15 @@ def verl():
     """verl's core_algos, as bench/parity.py imports it, and integrations.verl_fgrpo beside it."""
     if not (Path(PARITY_DEPS) / "verl").is_dir():
         pytest.skip(f"verl is not in {PARITY_DEPS}: make parity-deps PARITY_DEPS={PARITY_DEPS}")
+    from math_verify import parse, verify  # antlr4 4.13 in this process, as in a whole run
+    half = parse("$\\frac{1}{2}$")
     sys.path.insert(0, str(HERE / "bench"))  # bench/parity.py imports bench/common.py
     try:
         import parity
-        core_algos = parity.import_verl(PARITY_DEPS)[0]
+        core_algos = parity.import_verl(PARITY_DEPS)[0]  # omegaconf's antlr4 4.9.3 beside it
     finally:
         sys.path.remove(str(HERE / "bench"))
+    assert verify(half, parse("$0.5$"))  # and math-verify's still parses LaTeX
     if not hasattr(sys.modules["ray"], "__path__"):  # parity's stub: out again, verl keeps its name
         del sys.modules["ray"]
     from omegaconf import OmegaConf

@@ -59,6 +59,8 @@ def import_verl(deps):
     if not (Path(deps) / "verl").is_dir():
         raise ImportError(f"no verl/ in {deps}")
     saved_path = list(sys.path)
+    # an antlr4 4.13 already imported (math-verify's, in a test run) steps aside meanwhile
+    saved_antlr = {m: sys.modules.pop(m) for m in list(sys.modules) if m == "antlr4" or m.startswith("antlr4.")}
     try:
         # omegaconf 2.3 (verl's configs) needs antlr4 4.9.3, held in `deps`; math-verify here needs 4.13. Load
         # 4.9.3 alone with `deps` in front, then put `deps` BEHIND the environment, so that torch, transformers,
@@ -79,6 +81,7 @@ def import_verl(deps):
         sys.path[:] = saved_path
         for name in [m for m in sys.modules if m == "antlr4" or m.startswith("antlr4.")]:
             del sys.modules[name]  # omegaconf keeps its references; a later `import antlr4` gets 4.13
+        sys.modules.update(saved_antlr)
     versions = {d.metadata["Name"]: d.version for d in metadata.distributions(path=[deps])}
     return core_algos, actor_config, versions["verl"]
 
