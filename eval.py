@@ -243,7 +243,7 @@ def read_finished(path, problems, args, rescore=False):
     return lines, scores, shards
 
 def merge(path, problems, args, rescore=False):
-    """Rank 0: finished problems into `path` by index (in memory), shards deleted: {index: scores}."""
+    """Rank 0: finished problems into `path` by index (in memory), shards deleted -> scores."""
     lines, scores, shards = read_finished(path, problems, args, rescore)
     tmp = path.with_suffix(".tmp")
     with tmp.open("w", encoding="utf-8") as f:
