@@ -75,10 +75,10 @@ gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): bench/gpu_resul
 smollm2:  ## the model folder and the data in runs/smollm2, once (its gguf, accelerate: runs/smollm2/deps)
 	$(PYTHON) experiments/smollm2.py prepare
 
-smollm2-test:  ## the real path end to end on it (test_fgrpo.py, FGRPO_SMOLLM2): about N minutes
+smollm2-test:  ## the real path end to end on it (test_fgrpo.py, FGRPO_SMOLLM2): minutes
 	FGRPO_SMOLLM2=runs/smollm2 $(PYTHON) -m pytest -q test_fgrpo.py -k smollm2
 
-smollm2-learn:  ## F-DAPO and DAPO on its arithmetic, eval.py before and after: about an hour
+smollm2-learn:  ## F-DAPO and DAPO on its arithmetic, eval.py before and after: about 40 min
 	$(PYTHON) experiments/smollm2.py learn
 
 clean:

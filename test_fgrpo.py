@@ -2371,7 +2371,7 @@ def test_smollm2_real_path_prompt_stops_rewards_logprobs_checkpoint(tmp_path):
     for phase in ("train", "eval_vllm"):
         assert all(tuple(r["prompt"]) in prompts for r in seen[phase]), phase
     assert all(tuple(s["prompt_ids"]) in prompts for s in seen["eval_hf"])
-    assert len(seen["train"]) == 2 * 64 and len(seen["eval_vllm"]) == 32 * 4
+    assert len(seen["train"]) == 2 * 64 and len(seen["eval_vllm"]) == 64 * 4
     # each completion stops at the model's own end token, and some do within 64 tokens
     eval_hf = [{"completion": s["completion_ids"]} for s in seen["eval_hf"]]
     for rows in (seen["train"], seen["eval_vllm"], eval_hf):
@@ -2400,9 +2400,13 @@ def _smollm2_check_rewards(seen, tmp_path, prompts):
                for rec in _records(tmp_path / f"{name}.jsonl")
                for t, s in zip(rec["completions"], rec["scores"])]
     for text, gold, score in scored:
-        assert score == 0 or re.search(rf"(?<![\d.]){gold}(?![\d.])", text), (text, gold)
         assert _boxed_integer_agrees(text, gold, score) is not False, (text, gold, score)
-    assert 0 < sum(s for _, _, s in scored) < len(scored) / 2  # some right, most wrong
+    right = [(t, g) for t, g, s in scored if s == 1]
+    assert 0 < len(right) < len(scored) / 2  # some right, most wrong
+    # nearly every text scored right holds its gold as a number (math-verify may also evaluate
+    # an expression such as "5 + 7" at the end): golds paired with other texts would fail this
+    holds = [re.search(rf"(?<![\d.]){g}(?![\d.])", t) is not None for t, g in right]
+    assert sum(holds) >= 0.9 * len(right), [x for x, h in zip(right, holds) if not h]
 
 
 def _smollm2_check_logprobs(seen):
@@ -2415,7 +2419,7 @@ def _smollm2_check_logprobs(seen):
     # the step-1 update moved the policy far past the bound: step 2 checks the weight sync
     assert _smollm2_logp_gaps(seen["train"][64:], seen["base_on_step2"]) > 10 * LOGP_BOUND
     # eval.py's engine loaded the checkpoint; transformers reloads it to the trainer's log-probs
-    assert _smollm2_logp_gaps(seen["eval_vllm"], seen["reloaded_on_eval"]) <= LOGP_BOUND
+    assert _smollm2_logp_gaps(seen["eval_vllm"][:32], seen["reloaded_on_eval"]) <= LOGP_BOUND
     reloaded = seen["reloaded_on_eval"][:16]
     assert max(abs(a - b) for x, y in zip(reloaded, seen["trained_on_eval"])
                for a, b in zip(x, y)) <= 1e-6

@@ -173,7 +173,8 @@ def spy_on_trainer(fgrpo, seen):
 
     def verify_spy(texts, golds, *rest):
         scores = verify(texts, golds, *rest)
-        seen["verified"] += [[t, g, s] for t, g, s in zip(texts, golds, scores)]
+        if seen["phase"] == "train":  # eval.py calls it too
+            seen["verified"] += [[t, g, s] for t, g, s in zip(texts, golds, scores)]
         return scores
 
     def logprobs_spy(model, ids, attn, mask, rows, temperature):
@@ -234,7 +235,7 @@ def real_path(work, out):
     fgrpo.main()
     ckpt = out / "train" / (out / "train" / "latest").read_text()
     held_out = work / "held_out.jsonl"
-    seen["phase"] = "eval_vllm"  # 32 problems x 4: 128 prompts in one generate() call
+    seen["phase"] = "eval_vllm"  # 64 problems x 4, in generate() calls of 32 x 4 (--chunk)
     evaluator.main(["--model", str(ckpt), "--data", str(held_out), "--rollout", "vllm",
                     "--out", str(out / "eval_vllm"), *PATH_EVAL])
     lines = held_out.read_text().splitlines(keepends=True)
@@ -245,7 +246,7 @@ def real_path(work, out):
     base = AutoModelForCausalLM.from_pretrained(work / "model", dtype=torch.float32).eval()
     last = seen["train"][-64:]  # step 2's samples, drawn after the first update
     seen["base_on_step2"] = logprobs_of(base, last, fgrpo)
-    seen["reloaded_on_eval"] = logprobs_of(reloaded, seen["eval_vllm"], fgrpo)
+    seen["reloaded_on_eval"] = logprobs_of(reloaded, seen["eval_vllm"][:32], fgrpo)
     trained = AutoModelForCausalLM.from_pretrained(work / "model", dtype=torch.float32).eval()
     trained.load_state_dict(seen.pop("saved_state"))  # the trainer's weights, kept in memory
     seen["trained_on_eval"] = logprobs_of(trained, seen["eval_vllm"][:16], fgrpo)
