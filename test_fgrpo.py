@@ -2366,8 +2366,7 @@ def test_smollm2_real_path_prompt_stops_rewards_logprobs_checkpoint(tmp_path):
     held_out = [json.loads(line) for line in (SMOLLM2 / "held_out.jsonl").open()]
     # the prompt is the chat template's, tokenised without an added BOS
     prompts = {tuple(tok(SMOLLM2_CHAT.format(p["problem"], fgrpo.INSTRUCTION),
-                         add_special_tokens=False).input_ids): p["answer"]
-               for p in train + held_out}
+                         add_special_tokens=False).input_ids): p for p in train + held_out}
     for phase in ("train", "eval_vllm"):
         assert all(tuple(r["prompt"]) in prompts for r in seen[phase]), phase
     assert all(tuple(s["prompt_ids"]) in prompts for s in seen["eval_hf"])
@@ -2389,24 +2388,34 @@ def test_smollm2_real_path_prompt_stops_rewards_logprobs_checkpoint(tmp_path):
     _smollm2_check_logprobs(seen)
 
 
+def _smollm2_right_score_explained(text, problem, gold):
+    """An independent reading of a score of 1: the gold is in the text as a number, or the problem's
+    own expression is (math-verify evaluates "10 + 9" in "10 + 9 = x" to the gold: it was seen)."""
+    a, op, b = re.fullmatch(r"What is (\d+) (.) (\d+)\?", problem).groups()
+    if re.search(rf"(?<!\d)(?<!\d\.){gold}(?!\d)(?!\.\d)", text):
+        return "gold"
+    return "expression" if re.search(rf"(?<!\d){a}\s*[{op}×]\s*{b}(?!\d)", text) else None
+
+
 def _smollm2_check_rewards(seen, tmp_path, prompts):
-    """math-verify scored vLLM's decoded texts, each against its own prompt's gold; a score of 1
-    means the gold is in the text, and where a text boxes an integer, it is that one's verdict."""
+    """math-verify scored vLLM's decoded texts, each against its own prompt's gold; where a text
+    boxes an integer, the score is that integer's verdict; every score of 1 is explained."""
     assert [t for t, _, _ in seen["verified"]] == [r["text"] for r in seen["train"]]
-    assert [g for _, g, _ in seen["verified"]] == [prompts[tuple(r["prompt"])]
+    assert [g for _, g, _ in seen["verified"]] == [prompts[tuple(r["prompt"])]["answer"]
                                                    for r in seen["train"]]
-    scored = [(t, g, s) for t, g, s in seen["verified"]]
-    scored += [(t, rec["answer"], s) for name in ("eval_vllm/held_out", "eval_hf/held_out_4")
+    scored = [(t, prompts[tuple(r["prompt"])]["problem"], g, s)
+              for (t, g, s), r in zip(seen["verified"], seen["train"])]
+    scored += [(t, rec["problem"], rec["answer"], s)
+               for name in ("eval_vllm/held_out", "eval_hf/held_out_4")
                for rec in _records(tmp_path / f"{name}.jsonl")
                for t, s in zip(rec["completions"], rec["scores"])]
-    for text, gold, score in scored:
+    for text, _, gold, score in scored:
         assert _boxed_integer_agrees(text, gold, score) is not False, (text, gold, score)
-    right = [(t, g) for t, g, s in scored if s == 1]
+    right = [(t, p, g) for t, p, g, s in scored if s == 1]
     assert 0 < len(right) < len(scored) / 2  # some right, most wrong
-    # nearly every text scored right holds its gold as a number (math-verify may also evaluate
-    # an expression such as "5 + 7" at the end): golds paired with other texts would fail this
-    holds = [re.search(rf"(?<![\d.]){g}(?![\d.])", t) is not None for t, g in right]
-    assert sum(holds) >= 0.9 * len(right), [x for x, h in zip(right, holds) if not h]
+    # golds paired with other problems' texts would leave most unexplained
+    unexplained = [x for x in right if _smollm2_right_score_explained(*x) is None]
+    assert not unexplained, unexplained
 
 
 def _smollm2_check_logprobs(seen):
