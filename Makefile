@@ -78,7 +78,7 @@ smollm2:  ## the model folder and the data in runs/smollm2, once (its gguf, acce
 smollm2-test:  ## the real path end to end on it (test_fgrpo.py, FGRPO_SMOLLM2): minutes
 	FGRPO_SMOLLM2=runs/smollm2 $(PYTHON) -m pytest -q test_fgrpo.py -k smollm2
 
-smollm2-learn:  ## F-DAPO and DAPO on its arithmetic, eval.py before and after: about 40 min
+smollm2-learn:  ## F-DAPO and DAPO on its arithmetic, eval.py before and after: about 50 min
 	$(PYTHON) experiments/smollm2.py learn
 
 clean:
