@@ -35,7 +35,7 @@ strategy or only the floor.
 
 Arms, all from the same warm-started model per (seed, start), through fgrpo.train (its sampler,
 optimiser, losses and checkpoints; --rollout hf): the base algorithm (--algo, DAPO) at every --lrs,
---gammas (0: the base; 0.5, 1: F) with N = --n, and the exact expected update (every completion of
+--gammas (0: the base; 1: F) with N = --n, and the exact expected update (every completion of
 the answer space, weighted by its probability: the limit N -> infinity) at every --lrs and
 --exact-gammas. The lrs reach where the runs break down (the answer space's mass falls below 0.9).
 
@@ -100,7 +100,7 @@ def parse_args(argv=None):
     a("--algo", default="dapo", choices=sorted(fgrpo.PAPER_EPS), help="the frontier's algorithm")
     a("--lrs", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3],
       help="AdamW lrs of every frontier, from 'moves slowly' to 'breaks down'")
-    a("--gammas", type=float, nargs="+", default=[0.0, 0.5, 1.0],
+    a("--gammas", type=float, nargs="+", default=[0.0, 1.0],
       help="focal exponents at N = --n; 0 (the base algorithm) first")
     a("--exact-gammas", type=float, nargs="*", default=[0.0, 1.0],
       help="focal exponents of the exact expected update (N -> infinity); 0 first, or none")
