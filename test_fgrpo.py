@@ -1941,7 +1941,7 @@ def _see_compare(traj, key, base_arms, arms, want, count, k):
 
 @slow
 def test_see_it_happen_quick_figures_match_an_independent_recomputation(tmp_path, monkeypatch):
-    # --quick: 3 seeds x 2 warm starts, DAPO at 2 lrs x gamma 0 and 1, N 8 and the exact update,
+    # --quick: 2 seeds x 2 warm starts, DAPO at 2 lrs x gamma 0 and 1, N 8 and the exact update,
     # eval.py's cross-check; all through fgrpo.train. Every reported figure is recomputed.
     monkeypatch.syspath_prepend(str(HERE / "experiments"))
     see = importlib.import_module("see_it_happen")
