@@ -1875,6 +1875,9 @@ def _see_metrics(point, base, shares, k):
     out[f"rare pass@{k}"] = sum(1 - (1 - p) ** k for p in point["last"]) / len(point["last"])
     out["rare mass"] = sum(point["last"]) / len(point["last"])
     out["common mass"] = sum(point["first"]) / len(point["first"])
+    out["wrong mass"] = sum(point["wrong"]) / len(point["wrong"]) / 8  # 10 digits - first, last
+    out["rare ratio"] = out["rare mass"] / out["wrong mass"]
+    out["listed"] = point["listed"]
     w_last, w_first = shares["both"] + shares["rare"], shares["both"] + shares["common"]
     lost, held = 0.0, 0.0
     for i in range(len(base["first"])):
@@ -1913,33 +1916,33 @@ def _see_paired(diffs, want, tol=1e-9):  # tol: how far diffs may be from the ex
         assert abs(want["p_wilcoxon"] - min(1.0, 2 * min(low, high))) < 1e-9
 
 
-def _see_gap(traj, mix, base_arms, arms, levels, k):
-    return [sum(_see_front([t[mix][a] for a in arms], x, k) -
-                _see_front([t[mix][a] for a in base_arms], x, k) for x in levels) / len(levels)
-            for t in traj]
-
-
-def _see_levels(traj, mix, groups, count):
-    lo = max(t[mix][groups[0][0]][0]["pass@1"] for t in traj)
-    hi = min(max(p["pass@1"] for a in g for p in t[mix][a]) for t in traj for g in groups)
-    return [lo + (hi - lo) * i / (count - 1) for i in range(count)] if hi > lo else []
-
-
-def _see_compare(traj, mix, base_arms, arms, want, count, k, groups=None):
-    levels = _see_levels(traj, mix, groups or [base_arms, arms], count)
-    assert np.allclose(levels, want["levels"]) and len(levels) in (0, count)
-    tops = [[max(p["pass@1"] for a in group for p in t[mix][a]) for group in (base_arms, arms)]
-            for t in traj]
+def _see_compare(traj, key, base_arms, arms, want, count, k):
+    """One seed at a time: from its base model's pass@1 to the lower of the two ceilings, `count`
+    levels (the base point left out); the gaps per level and their mean, paired over seeds."""
+    gaps, tops = [], []
+    for t, levels_want in zip(traj, want["levels"]):
+        a, b = [t[key][x] for x in base_arms], [t[key][x] for x in arms]
+        tops.append([max(p["pass@1"] for path in g for p in path) for g in (a, b)])
+        lo, hi = a[0][0]["pass@1"], min(tops[-1])
+        levels = [lo + (hi - lo) * i / count for i in range(1, count + 1)] if hi > lo else []
+        assert np.allclose(levels, levels_want, rtol=0, atol=1e-12)
+        assert len(levels_want) in (0, count)
+        gaps.append([_see_front(b, x, k) - _see_front(a, x, k) for x in levels])
     assert np.allclose(np.mean(tops, axis=0), want["ceilings"], rtol=0, atol=1e-12)
     _see_paired([b - a for a, b in tops], want["ceiling"])
-    if levels:
-        _see_paired(_see_gap(traj, mix, base_arms, arms, levels, k), want["gap"], tol=1e-4)
+    matched = [g for g in gaps if g]
+    assert want["unmatched"] == len(gaps) - len(matched)
+    for j in range(count if matched else 0):
+        _see_paired([g[j] for g in matched], want["by_level"][j], tol=1e-4)
+    if matched:
+        _see_paired([np.mean(g) for g in matched], want["gap"], tol=1e-4)
+    return [np.mean(g) for g in matched]
 
 
 @slow
 def test_see_it_happen_quick_figures_match_an_independent_recomputation(tmp_path, monkeypatch):
-    # --quick: 3 seeds, DAPO at 2 lrs x gamma 0 and 1 in both mixes, the exact update, GRPO and
-    # CISPO, eval.py's cross-check; all through fgrpo.train. Every reported figure is recomputed.
+    # --quick: 2 seeds x 2 warm starts, DAPO at 2 lrs x gamma 0 and 1, N 8 and the exact update,
+    # eval.py's cross-check; all through fgrpo.train. Every reported figure is recomputed.
     monkeypatch.syspath_prepend(str(HERE / "experiments"))
     see = importlib.import_module("see_it_happen")
     assert see.answer_set_verify(["\\boxed{7}", "\\boxed{3}\\boxed{0}", "7", "\\boxed{ 7 }"],
@@ -1954,88 +1957,80 @@ def test_see_it_happen_quick_figures_match_an_independent_recomputation(tmp_path
     saved = json.loads((out / "see_it_happen_quick.json").read_text())
     assert saved["summary"] == json.loads(json.dumps(res["summary"]))
     cfg, seeds, summary = saved["config"], saved["seeds"], saved["summary"]
-    k, n = cfg["k"], cfg["n"]
     shares = {"tie": {"both": 0.6, "rare": 0.2, "common": 0.2},
               "rare": {"both": 0.6, "rare": 0.4, "common": 0.0}}
-    traj = [{mix: {arm: [{"step": p["step"], **_see_metrics(p, s["base"], shares[mix], k)}
-                         for p in [{"step": 0, **s["base"]}] + rec["curve"]]
-                   for arm, rec in arms.items()} for mix, arms in s["arms"].items()} for s in seeds]
-    name = lambda algo, g, lr, m=n: f"{algo}_g{g:g}_lr{lr:g}_" + (  # noqa: E731
-        "exact" if m == "exact" else f"n{m}")
-    _see_check_seeds(seeds, cfg["mixes"])
-    for mix, want in summary["mixes"].items():
-        _see_check_mix(traj, seeds, mix, want, summary, cfg, name)
+    traj = [{key: {arm: [{"step": p["step"], **_see_metrics(p, s["base"][key],
+                                                            shares[key.split("/")[1]], cfg["k"])}
+                         for p in [{"step": 0, **s["base"][key]}] + rec["curve"]]
+                   for arm, rec in arms.items()} for key, arms in s["arms"].items()} for s in seeds]
+    _see_check_seeds(seeds, cfg)
+    assert list(summary["conditions"]) == ["strategy/tie", "floor/tie"]
+    for key, want in summary["conditions"].items():
+        _see_check_condition(traj, seeds, key, want, cfg)
     _see_report(out, summary, seeds, Path(cfg["work"]), cfg)  # --quick's own work folder
     md = (out / "see_it_happen_quick.md").read_text()
     see.main(["--quick", "--report-only", "--out", str(out)])  # the report again, from the JSON
     assert (out / "see_it_happen_quick.md").read_text() == md
 
 
-def _see_check_seeds(seeds, mixes):
+def _see_check_seeds(seeds, cfg):
+    steps = [s for s in range(1, cfg["steps"] + 1)
+             if s % cfg["measure_every"] == 0 or s == cfg["steps"]]
     for s in seeds:  # the warm start uses the prompt: each digit's mass varies over prompts
-        assert 0.45 < np.mean(s["base"]["first"]) < 0.8 and 0.01 < np.mean(s["base"]["last"]) < 0.15
-        assert sorted(s["base"]["digit_cv"])[5] > 0.5 and s["base"]["listed"] > 0.95  # median
-        for mix in mixes:
-            for arm, rec in s["arms"][mix].items():
-                assert [p["step"] for p in rec["curve"]] == [3, 6] and 0 <= rec["clip_frac"] <= 1
-                assert all(0 <= f and 0 <= la and f + la <= 1 + 1e-6 for p in rec["curve"]
-                           for f, la in zip(p["first"], p["last"]))
+        for key, base in s["base"].items():
+            assert 0.45 < np.mean(base["first"]) < 0.8 and 0.01 < np.mean(base["last"]) < 0.2
+            assert sorted(base["digit_cv"])[5] > 0.5 and base["listed"] > 0.95  # median
+            for p in [base] + [p for rec in s["arms"][key].values() for p in rec["curve"]]:
+                listed = [f + la + w for f, la, w in zip(p["first"], p["last"], p["wrong"])]
+                assert abs(np.mean(listed) - p["listed"]) < 1e-5  # the ten digits, nothing else
+            for arm, rec in s["arms"][key].items():
+                assert [p["step"] for p in rec["curve"]] == steps and 0 <= rec["clip_frac"] <= 1
 
 
-def _see_check_mix(traj, seeds, mix, want, summary, cfg, name):
-    """One mix's reported figures against a recomputation from the trajectories."""
-    k, lrs, gammas = cfg["k"], cfg["lrs"], cfg["gammas"]
-    stable = [lr for lr in lrs if min(p["listed"] for s in seeds for p in
-                                      s["arms"][mix][name("dapo", 0.0, lr)]["curve"]) >= 0.9]
-    best = want["best_lr"]
-    assert best == summary["best_lr"][mix] == (stable[-1] if stable else min(lrs))
-    for arm, stats in want["final"].items():
-        rows = [t[mix][arm if arm != "base" else name("dapo", 0.0, best)][-1 if arm != "base"
-                                                                          else 0] for t in traj]
-        for key, (mean, sd) in stats.items():
-            assert abs(mean - np.mean([r[key] for r in rows])) < 1e-9, (mix, arm, key)
-            assert abs(sd - np.std([r[key] for r in rows], ddof=1)) < 1e-9
-    for g in gammas[1:]:
-        sweep = [[name("dapo", x, lr) for lr in lrs] for x in (0.0, g)]
-        _see_compare(traj, mix, *sweep, want["frontier"][f"{g:g}"], cfg["levels"], k)
-        for lr in lrs:
-            for key, w in want["same_lr"][f"{g:g}@{lr:g}"].items():
-                _see_paired([t[mix][name("dapo", g, lr)][-1][key] -
-                             t[mix][name("dapo", 0.0, lr)][-1][key] for t in traj], w)
-        _see_exact_section(traj, mix, want["exact"][f"{g:g}"], name, best, g, cfg)
-    for algo, o in want["others"].items():
-        g = {"grpo": 0.5, "cispo": 1.0}[algo]
-        a0, af = name(algo, 0.0, best), name(algo, g, best)
-        _see_compare(traj, mix, [a0], [af], o["F"], cfg["levels"], k)
-        for key, w in o["base_vs_dapo"].items():
-            _see_paired([t[mix][a0][-1][key] - t[mix][name("dapo", 0.0, best)][-1][key]
-                         for t in traj], w)
-    assert set(want["others"]) == ({"grpo", "cispo"} if mix == "tie" else set())
-    for arm, clipped in want["clip_frac"].items():
-        assert abs(clipped - np.mean([s["arms"][mix][arm]["clip_frac"] for s in seeds])) < 1e-12
-
-
-def _see_exact_section(traj, mix, want, name, lr, g, cfg):
-    k = cfg["k"]
-    g0n, gn = name("dapo", 0.0, lr), name("dapo", g, lr)
-    g0x, gx = name("dapo", 0.0, lr, "exact"), name("dapo", g, lr, "exact")
-    levels = _see_levels(traj, mix, [[g0n], [gn], [g0x], [gx]], cfg["levels"])
-    assert np.allclose(levels, want["levels"])
-    if levels:
-        gap_n, gap_x = (_see_gap(traj, mix, [a], [b], levels, k) for a, b in ((g0n, gn), (g0x, gx)))
-        _see_paired(gap_n, want["gap_n"], tol=1e-4)
-        _see_paired(gap_x, want["gap_exact"], tol=1e-4)
-        _see_paired([a - b for a, b in zip(gap_n, gap_x)], want["gap_n_minus_exact"], tol=2e-4)
-    _see_compare(traj, mix, [g0x], [gn], want["F_n_vs_exact_base"], cfg["levels"], k)
+def _see_check_condition(traj, seeds, key, want, cfg):
+    """One (warm start, mix)'s reported figures against a recomputation from the trajectories."""
+    k, lrs, levels = cfg["k"], cfg["lrs"], cfg["levels"]
+    name = lambda g, lr, m: f"dapo_g{g:g}_lr{lr:g}_" + (  # noqa: E731
+        "exact" if m == "exact" else f"n{m}")
+    base = [t[key][name(0.0, lrs[0], cfg["n"])][0] for t in traj]
+    for metric, (mean, sd) in want["base"].items():
+        assert abs(mean - np.mean([b[metric] for b in base])) < 1e-9, (key, metric)
+        assert abs(sd - np.std([b[metric] for b in base], ddof=1)) < 1e-9
+    assert set(want["base"]) == {"pass@1", f"pass@{k}", "rare mass", "wrong mass", "rare ratio"}
+    arms = [name(g, lr, n) for lr in lrs for n, gs in ((cfg["n"], cfg["gammas"]),
+                                                       ("exact", cfg["exact_gammas"])) for g in gs]
+    assert list(want["arms"]) == arms
+    for arm, row in want["arms"].items():
+        paths = [t[key][arm] for t in traj]
+        for metric in ("pass@1", f"pass@{k}", "rare mass", "rare ratio"):
+            assert abs(row[metric] - np.mean([p[-1][metric] for p in paths])) < 1e-9
+        assert abs(row["highest pass@1"] - np.mean([max(x["pass@1"] for x in p) for p in paths])) \
+            < 1e-9
+        by_step = [np.mean([p[i]["rare ratio"] for p in paths]) for i in range(len(paths[0]))]
+        assert np.allclose(row["rare ratio by step"], by_step, rtol=1e-12, atol=0)
+        assert row["broke down"] == sum(any(x["listed"] < 0.9 for x in p) for p in paths)
+        assert abs(row["clip_frac"] - np.mean([s["arms"][key][arm]["clip_frac"] for s in seeds])) \
+            < 1e-12
+    gains = {}
+    for n, gammas in ((cfg["n"], cfg["gammas"]), ("exact", cfg["exact_gammas"])):
+        for g in gammas[1:]:
+            sweep = [[name(x, lr, n) for lr in lrs] for x in (0.0, g)]
+            gains[g, n] = _see_compare(traj, key, *sweep, want["frontier"][f"{g:g}/{n}"], levels, k)
+    for g, s in want["n_minus_exact"].items():
+        _see_paired([a - b for a, b in zip(gains[float(g), cfg["n"]], gains[float(g), "exact"])],
+                    s, tol=2e-4)
+    assert set(want["n_minus_exact"]) == {f"{g:g}" for g in cfg["gammas"][1:]
+                                          if g in cfg["exact_gammas"]}
 
 
 def _see_report(out, summary, seeds, work, cfg):
     k = str(cfg["k"])
+    assert len(summary["check"]) == len(seeds)
     for check, s in zip(summary["check"], seeds):  # eval.py's samples against the exact pass@k
         c = s["check"]
         kinds = [json.loads(x)["kind"] for x in (work / f"heldout_{c['mix']}.jsonl").read_text()
                  .splitlines()]
-        final = s["arms"][c["mix"]][c["arm"]]["curve"][-1]
+        final = s["arms"][f"{c['start']}/{c['mix']}"][c["arm"]]["curve"][-1]
         ps = [final["last"][i] + final["first"][i] * (kd == "both") if kd != "common" else
               final["first"][i] for i, kd in enumerate(kinds)]
         for kk in ("1", k):
@@ -2049,10 +2044,12 @@ def _see_report(out, summary, seeds, work, cfg):
     md = (out / "see_it_happen_quick.md").read_text()
     cis = re.findall(r"[+-]\d\.\d+ \[[+-]\d\.\d+, [+-]\d\.\d+\]", md)
     assert len(cis) > 20  # every interval the summary holds is in the report, as it rounds it
-    for mix, res in summary["mixes"].items():
-        for g, c in res["frontier"].items():
-            s = c["gap"]
-            assert f"{s['mean']:+.4f} [{s['lo']:+.4f}, {s['hi']:+.4f}]" in md
+    for key, res in summary["conditions"].items():
+        for c in res["frontier"].values():
+            for s in [c["gap"], *c["by_level"]]:
+                assert f"{s['mean']:+.4f} [{s['lo']:+.4f}, {s['hi']:+.4f}]" in md
+        for arm, row in res["arms"].items():  # the rare ratio along every run, as it rounds it
+            assert f"| {arm} | " + " | ".join(f"{r:.2f}" for r in row["rare ratio by step"]) in md
     if importlib.util.find_spec("matplotlib"):
         assert (out / "see_it_happen_quick.png").stat().st_size > 10_000
 
@@ -2432,6 +2429,88 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     (work / "resumed.log").write_text(log.replace(f"step {stopped + 1}/", "step 1/"))
     assert not gpu_check.judge_loop(work, dict(keep))[1]
 
+
+# ---------------------------------------------------------------- issue 27: see_it_happen's levels,
+# the identity off ratio 1 with DAPO's clip, the focal weight without std normalisation
+def test_see_it_happen_matched_levels_per_seed_by_hand(monkeypatch):
+    # two arms' paths (pass@1, pass@32) in 3 seeds; each seed on its own range, from its base to
+    # the lower ceiling, 2 levels, the base point left out. Frontier values by hand:
+    # seed 0: top min(0.7, 0.8) = 0.7, levels 0.6, 0.7; A 0.85, 0.8; B 0.9, 0.875 -> 0.05, 0.075
+    # seed 1: top min(0.6, 0.5) = 0.5, levels 0.45, 0.5; A 0.85, 0.8; B 0.89, 0.88 -> 0.04, 0.08
+    # seed 2: B never rises above the base: no range, left out of the gaps
+    monkeypatch.syspath_prepend(str(HERE / "experiments"))
+    see = importlib.import_module("see_it_happen")
+
+    def path(*points):
+        return [{"pass@1": x, "pass@32": y} for x, y in points]
+
+    traj = [{"s/tie": {"A": path((0.5, 0.9), (0.7, 0.8)),
+                       "B": path((0.5, 0.9), (0.6, 0.9), (0.8, 0.85))}},
+            {"s/tie": {"A": path((0.4, 0.9), (0.6, 0.7)), "B": path((0.4, 0.9), (0.5, 0.88))}},
+            {"s/tie": {"A": path((0.5, 0.9), (0.6, 0.8)), "B": path((0.5, 0.9), (0.45, 0.95))}}]
+    c = see.compare(traj, "s/tie", ["A"], ["B"], see.parse_args(["--levels", "2", "--k", "32"]))
+    assert c["unmatched"] == 1 and c["levels"][2] == []
+    assert np.allclose(c["levels"][:2], [[0.6, 0.7], [0.45, 0.5]], rtol=0, atol=1e-12)
+    assert np.allclose(c["level_pass@1"], [0.525, 0.6])
+    assert np.allclose([s["mean"] for s in c["by_level"]], [0.045, 0.0775])
+    assert np.allclose(c["gaps"], [0.0625, 0.06]) and abs(c["gap"]["mean"] - 0.06125) < 1e-12
+    assert np.allclose(c["ceilings"], [(0.7 + 0.6 + 0.6) / 3, (0.8 + 0.5 + 0.5) / 3])
+    assert [s["n"] for s in c["by_level"]] == [2, 2] and c["gap"]["positive"] == 2
+
+
+def test_expected_update_off_ratio_one_with_dapo_clip_by_monte_carlo(monkeypatch):
+    # clipped_expected_update (an exact sum) against groups drawn from pi_old, scored by
+    # fgrpo.group_advantages and fgrpo.policy_loss (DAPO's clip) and differentiated by autograd
+    monkeypatch.syspath_prepend(str(HERE / "experiments"))
+    two = importlib.import_module("two_strategy")
+    old = torch.tensor([0.63, 0.04, 0.33], dtype=torch.float64)
+    pi = torch.tensor([0.614, 0.0644, 0.3216], dtype=torch.float64)  # last's ratio 1.61 > 1.28
+    gen = torch.Generator().manual_seed(0)
+    for kind, gamma in (("both", 1.0), ("rare", 0.0)):
+        clipped, unclipped = two.clipped_expected_update(old.tolist(), pi.tolist(), kind, 8, gamma)
+        correct = torch.tensor(two.CORRECT[kind], dtype=torch.float64)
+        p_old = float((old * correct).sum())
+        z = pi.log().requires_grad_(True)
+        (grad_p,) = torch.autograd.grad((torch.softmax(z, 0) * correct).sum(), z)
+        assert torch.allclose(unclipped, two.prompt_weight(p_old, 8, gamma) * grad_p, atol=1e-9)
+        batches = []
+        for _ in range(20):  # 20 batches of 5,000 groups: the mean and its standard error
+            draws = torch.multinomial(old, 5000 * 8, replacement=True, generator=gen)
+            adv = fgrpo.group_advantages(correct[draws].view(5000, 8), gamma).double().flatten()
+            z = pi.log().requires_grad_(True)
+            logp = torch.log_softmax(z, 0)[draws][:, None]
+            loss, _ = fgrpo.policy_loss(logp, old.log()[draws][:, None], adv,
+                                        torch.ones_like(logp), "dapo", *fgrpo.PAPER_EPS["dapo"])
+            batches.append(-torch.autograd.grad(loss, z)[0])
+        mc = torch.stack(batches)
+        se = mc.std(0) / math.sqrt(len(batches))
+        assert ((mc.mean(0) - clipped).abs() < 5 * se + 1e-7).all(), (mc.mean(0), clipped, se)
+        assert clipped[1] < unclipped[1] / 10  # the clip takes the rare answer's push away
+
+
+def test_prompt_weight_without_std_normalisation(monkeypatch):
+    # Dr. GRPO's advantage (R - mean R) * g(X): all 2^n reward patterns by hand; at gamma 0 the
+    # weight is (N - 1) / N at every p; as N grows it tends to (1 - p)^gamma, whose integral is
+    # pass@(gamma + 1) / (gamma + 1)
+    monkeypatch.syspath_prepend(str(HERE / "experiments"))
+    two = importlib.import_module("two_strategy")
+    for n, p, gamma in ((6, 0.3, 0.0), (6, 0.8, 1.0), (5, 0.5, 0.5)):
+        total = 0.0
+        for m in range(2 ** n):
+            x = sum((m >> j) & 1 for j in range(n))
+            total += p ** x * (1 - p) ** (n - x) * x * (1 - x / n) * (1 - x / n) ** gamma
+        want = total / (n * p * (1 - p))
+        assert abs(two.prompt_weight(p, n, gamma, std=False) / want - 1) < 1e-6  # fp32
+    for p in (0.05, 0.5, 0.95):
+        assert abs(two.prompt_weight(p, 8, 0.0, std=False) - 7 / 8) < 1e-6
+        for gamma in (0.5, 1.0):
+            limit = two.prompt_weight(p, None, gamma, std=False)
+            assert limit == (1 - p) ** gamma
+            assert abs(two.prompt_weight(p, 1024, gamma, std=False) / limit - 1) < 0.02
+    for gamma, k in ((1.0, 2), (2.0, 3)):  # the limit is the slope of pass@k / k, k = gamma + 1
+        h = 1e-6
+        slope = ((1 - (1 - 0.7 - h) ** k) - (1 - (1 - 0.7 + h) ** k)) / (2 * h) / k
+        assert abs(two.prompt_weight(0.7, None, gamma, std=False) - slope) < 1e-6
 
 # ---------------------------------------------------------------- issue 32: --compare's subsamples
 # and p-value held against exact probabilities (math.comb) and the normal theory of the test

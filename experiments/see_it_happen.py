@@ -5,14 +5,15 @@ The paper's claim (arXiv 2602.06717, Sec. 3-4): with a small group, group-relati
 the correct solutions it samples; a rare correct solution that goes unsampled loses mass, and pass@k
 at large k falls. The focal weight g = (1 - X/N)^gamma is to keep more of it at the same pass@1.
 
-    python experiments/see_it_happen.py           # 10 seeds x 2 mixes: the README gives the time
+    python experiments/see_it_happen.py           # 2 starts x 10 seeds: ~80 min, 2 cores
     python experiments/see_it_happen.py --quick   # the whole pipeline in miniature
-    python experiments/see_it_happen.py --seeds 3 --mixes tie --lrs 1e-4 3e-4 --workers 1
+    python experiments/see_it_happen.py --out experiments/results   # replace the committed results
+    python experiments/see_it_happen.py --seeds 3 --starts strategy --lrs 1e-4 1e-3 --workers 1
 
 Task. A prompt lists five distinct digits, "(39147)=", and an answer is one digit, "\\boxed{3}".
-Two strategies read the answer off the prompt: copy the first digit (common: the warm start gives
-it about 0.6) and copy the last one (rare: about 0.05); the rest of the mass is spread over all ten
-digits. A problem is of one of three kinds, with its mix's shares (MIXES):
+Two strategies read the answer off the prompt: copy the first digit (common) and copy the last one
+(rare); the rest of the mass is spread over all ten digits. A problem is of one of three kinds, with
+its mix's shares (MIXES):
     both    the first and the last digit are both accepted     (the majority kind)
     rare    only the last digit is accepted
     common  only the first digit is accepted
@@ -23,19 +24,33 @@ pass@1 nor GRPO's exact (infinite-N) objective prefers dropping the rare strateg
 favoured only by its head start and by what small groups sample. In the "rare" mix the rare strategy
 is worth more. docs/why-focal.md derives both objectives; experiments/two_strategy.py simulates it.
 
-Arms, all from the same warm-started model per seed, through fgrpo.train (its sampler, optimiser,
-losses and checkpoints; --rollout hf): the base algorithm (--algo, DAPO) at every --lrs and
---gammas (0: the base; 0.5, 1: F) with N = --n; then at the frontier's best lr (the largest at
-which no seed's gamma-0 run breaks down: best_lrs), --exact-gammas with the exact expected update
-(every completion of the answer space, weighted by its probability: the limit N -> infinity),
-and, in the first mix, the --others algorithms at gamma 0 and their paper gamma.
+Warm starts (WARM_STARTS, --starts): a supervised start towards a target answer distribution.
+"strategy" (the main result) gives copying the last digit about 3.4 times the mass of one wrong
+digit: a strategy of its own. "floor" (the earlier default, kept as the contrast) gives it about
+1.2 times: the rare answer is then mostly the uniform floor, which pass@1 fixes (the 8 wrong digits
+share 1 - pass@1 / 0.8 in the tie mix). Both have the same base pass@1. That ratio, the rare
+strategy's mass over one wrong digit's (each averaged over the held-out prompts: "rare ratio"), is
+reported at the base and at every measurement of every run: it tells whether an arm keeps a
+strategy or only the floor.
+
+Arms, all from the same warm-started model per (seed, start), through fgrpo.train (its sampler,
+optimiser, losses and checkpoints; --rollout hf): the base algorithm (--algo, DAPO) at every --lrs,
+--gammas (0: the base; 1: F) with N = --n, and the exact expected update (every completion of
+the answer space, weighted by its probability: the limit N -> infinity) at every --lrs and
+--exact-gammas. The lrs reach where the runs break down (the answer space's mass falls below 0.9).
 
 Measured exactly every --measure-every steps on --heldout prompts, from fgrpo.token_logprobs over
-the whole answer space (answer_completions): the first and the last digit's mass per prompt, hence
+the whole answer space (answer_completions): every digit's mass per prompt, hence
 pass@k = sum over kinds of share * mean_x [1 - (1 - p_kind(x))^k], rare pass@k (on the rare kind),
-the rare strategy's mass, M_ret (SPEC Sec. 7). The seed is the unit: paired differences over seeds,
-95% t intervals, paired t and exact Wilcoxon tests (experiments/paired.py). eval.py's sampled pass@k
-of one model per seed is a cross-check of the exact figures.
+the two strategies' masses, one wrong digit's mass, M_ret (SPEC Sec. 7).
+
+Frontiers. A frontier is the most pass@k that any lr's run reaches at pass@1 >= t (runs linear
+between measurements). F and the base are compared per seed on their matched range: from the base
+model's pass@1 to the top, the lower of the two frontiers' highest pass@1 (over every lr and every
+measured step); --levels levels at 1/L, 2/L, ..., 1 of the way (the base point itself, where the
+gap is 0 by construction, is left out). The seed is the unit: per level and averaged over levels,
+paired differences over seeds, 95% t intervals, paired t and exact Wilcoxon tests
+(experiments/paired.py). eval.py's sampled pass@k of one model per seed cross-checks the exact one.
 
 fgrpo internals this touches (all restored after a run): fgrpo.verify is answer_set_verify (the
 answer sets are not math-verify's), fgrpo.run_step is wrapped to measure, and, for the exact arms
@@ -65,9 +80,16 @@ import fgrpo  # noqa: E402
 from paired import paired_summary  # noqa: E402
 
 DIGITS = [str(d) for d in range(10)]
+WRONG_DIGITS = 8  # the ten digits but the first and the last (a prompt's digits are distinct)
 KINDS = ("both", "rare", "common")
 MIXES = {"tie": {"both": 0.6, "rare": 0.2, "common": 0.2},
          "rare": {"both": 0.6, "rare": 0.4, "common": 0.0}}
+# warm-start targets: (first digit, last digit), the rest uniform over the ten digits. One wrong
+# digit gets 0.037 or 0.038 of the mass (pass@1 within 0.01), the last digit 0.127 or 0.058
+WARM_STARTS = {"strategy": (0.54, 0.09), "floor": (0.6, 0.02)}
+# and the rare ratio a start's warm start trains on for (in 50-step blocks): at 200 steps 2 of 10
+# "strategy" seeds had copied only the first digit (ratio 1.0 and 1.05; 3.06 at 300 steps)
+WARM_MIN_RATIO = {"strategy": 2.5, "floor": 0.0}
 
 
 def parse_args(argv=None):
@@ -75,52 +97,58 @@ def parse_args(argv=None):
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     a = p.add_argument
     a("--seeds", type=int, default=10, help="seeds 0..S-1: each its own warm start, data, samples")
-    a("--mixes", nargs="+", default=list(MIXES), choices=list(MIXES), help="problem mixes (MIXES)")
+    a("--starts", nargs="+", default=list(WARM_STARTS), choices=list(WARM_STARTS),
+      help="warm starts (WARM_STARTS); the first is the main result")
+    a("--mixes", nargs="+", default=["tie"], choices=list(MIXES), help="problem mixes (MIXES)")
     a("--algo", default="dapo", choices=sorted(fgrpo.PAPER_EPS), help="the frontier's algorithm")
-    a("--others", nargs="*", default=["grpo", "cispo"], choices=sorted(fgrpo.PAPER_EPS),
-      help="algorithms run once at the frontier's best lr, at gamma 0 and their paper gamma")
-    a("--lrs", type=float, nargs="+", default=[1e-5, 3e-5, 1e-4, 3e-4],
-      help="AdamW lrs of the frontier, from 'barely moves' to 'collapses'")
-    a("--gammas", type=float, nargs="+", default=[0.0, 0.5, 1.0], help="focal exponents; 0 first")
-    a("--exact-gammas", type=float, nargs="*", default=[0.0, 0.5, 1.0],
-      help="gammas of the exact expected update (N -> infinity) at the best lr")
-    a("--steps", type=int, default=24, help="rollout steps of every arm")
+    a("--lrs", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3],
+      help="AdamW lrs of every frontier, from 'moves slowly' to 'breaks down'")
+    a("--gammas", type=float, nargs="+", default=[0.0, 1.0],
+      help="focal exponents at N = --n; 0 (the base algorithm) first")
+    a("--exact-gammas", type=float, nargs="*", default=[0.0, 1.0],
+      help="focal exponents of the exact expected update (N -> infinity); 0 first, or none")
+    a("--steps", type=int, default=48, help="rollout steps of every arm")
     a("--n", type=int, default=8, help="group size N of the sampled arms")
     a("--prompts", type=int, default=16, help="prompts per rollout step")
     a("--mini-batch", type=int, default=4, help="prompts per optimiser step (App. L: 4 a rollout)")
-    a("--prior", type=float, nargs=2, default=[0.6, 0.02], metavar=("FIRST", "LAST"),
-      help="warm-start targets: the first digit, the last digit, else a uniform digit")
     a("--warm-steps", type=int, default=200, help="supervised warm-start steps (16 prompts each)")
     a("--train-problems", type=int, default=2000, help="training problems per seed and mix")
     a("--heldout", type=int, default=48, help="held-out prompts (exact metrics, eval.py's check)")
     a("--k", type=int, default=32, help="the large k of pass@k")
-    a("--measure-every", type=int, default=6, help="exact probabilities every K steps, the last")
-    a("--levels", type=int, default=11, help="matched-pass@1 levels between the base model and the "
-      "lowest ceiling, where frontiers are compared")
+    a("--measure-every", type=int, default=8, help="exact probabilities every K steps, the last")
+    a("--levels", type=int, default=10, help="matched-pass@1 levels per seed, at 1/L .. L/L of "
+      "the way from the base model's pass@1 to the top of the matched range")
     a("--eval-n", type=int, default=64, help="eval.py's samples per held-out problem (cross-check)")
-    a("--workers", type=int, default=2, help="processes, one seed each at a time (1 thread each)")
+    a("--workers", type=int, default=2, help="processes, one (seed, start) each at a time")
     a("--work", type=Path, default=ROOT / "runs" / "see_it_happen",
       help="models, runs and finished arms: a rerun reuses arms finished with the same settings")
-    a("--out", type=Path, default=ROOT / "experiments" / "results", help="results folder")
+    a("--out", type=Path, help="results folder; default WORK/results, so that a run never "
+      "overwrites the committed experiments/results unless told to (--out experiments/results)")
     a("--name", default="see_it_happen", help="prefix of the result files")
-    a("--quick", action="store_true", help="miniature: 3 seeds, 2 lrs, 6 steps, small batches")
+    a("--quick", action="store_true", help="miniature: 2 seeds, 2 lrs, 4 steps, small batches")
     a("--report-only", action="store_true", help="recompute the summary, OUT/NAME.md and .png from "
-      "the runs in OUT/NAME.json (its settings and wall time), without training")
+      "the runs in OUT/NAME.json (its settings and times), without training")
     args = p.parse_args(argv)
     if args.quick:
-        quick = dict(seeds=3, lrs=[1e-4, 1e-3], gammas=[0.0, 1.0], exact_gammas=[0.0, 1.0], steps=6,
-                     prompts=8, mini_batch=4, warm_steps=100, train_problems=200, heldout=12,
-                     measure_every=3, eval_n=16, k=8, levels=5,
+        quick = dict(seeds=2, lrs=[1e-4, 1e-3], gammas=[0.0, 1.0], exact_gammas=[0.0, 1.0],
+                     steps=4, prompts=8, mini_batch=4, warm_steps=40, train_problems=200,
+                     heldout=12, measure_every=2, eval_n=16, k=8, levels=4,
                      name=args.name + "_quick", work=args.work.with_name(args.work.name + "_quick"))
         vars(args).update(quick)
-    if args.gammas[0] != 0 or len(set(args.gammas)) < 2:
-        p.error("--gammas: 0 (the base algorithm) first, then at least one focal gamma")
-    if args.prompts % args.mini_batch or sum(args.prior) > 1 or min(args.prior) < 0:
-        p.error("--prompts must divide into --mini-batch; --prior: two masses >= 0 summing <= 1")
-    if args.seeds < 2 or args.k < 2 or args.k > args.eval_n:
-        p.error("--seeds >= 2 (the seed is the unit), 2 <= --k <= --eval-n")
+    args.out = args.out or args.work / "results"
+    check_args(p, args)
     return args
 
+
+def check_args(p, args):
+    if args.gammas[0] != 0 or len(set(args.gammas)) < 2:
+        p.error("--gammas: 0 (the base algorithm) first, then at least one focal gamma")
+    if args.exact_gammas and (args.exact_gammas[0] != 0 or len(set(args.exact_gammas)) < 2):
+        p.error("--exact-gammas: none, or 0 first and at least one focal gamma")
+    if args.prompts % args.mini_batch:
+        p.error("--prompts must divide into --mini-batch")
+    if args.seeds < 2 or args.k < 2 or args.k > args.eval_n or args.levels < 1:
+        p.error("--seeds >= 2 (the seed is the unit), 2 <= --k <= --eval-n, --levels >= 1")
 
 # ---------------------------------------------------------------- the task
 def make_digits(count, rng, exclude=()):
@@ -172,20 +200,19 @@ def prompt_ids(tok, digits):  # as fgrpo.rollout tokenises a prompt (tiny's toke
     return tok(prompt_text(digits), add_special_tokens=False).input_ids
 
 
-def warm_start(seed, prior, steps, digit_lists, heldout):
+def warm_start(seed, prior, steps, digit_lists, heldout, min_ratio=0.0):
     """fgrpo.build_tiny's untrained model and tokenizer, then supervised AdamW steps (lr 2e-3, clip
     1.0) on 16 prompts each, towards the target answer distribution: the first digit prior[0],
     the last digit prior[1], and the rest uniform over the ten digits (the cross-entropy against
     all ten "\\boxed{d}<eos>", not sampled targets: seeds then learn to copy alike). `steps`, then
-    50 more at a time (up to 4 x steps) until the first digit holds half the held-out mass.
-    Returns the model, the tokenizer and the steps taken."""
+    50 more at a time (up to 4 x steps) until the first digit holds half the held-out mass and
+    the rare ratio is at least min_ratio. Returns the model, the tokenizer and the steps taken."""
     model, tok, _, _ = fgrpo.build_tiny(seed, warm_steps=0)  # seeds torch: one init per seed
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
     answers = [answer_completions(tok, d)[0] for d in DIGITS]
     done = 0
-    while done < steps or (done < 4 * steps and statistics.fmean(
-            strategy_probs(model.eval(), tok, heldout)["first"]) < 0.5):
+    while done < steps or (done < 4 * steps and not learnt(model, tok, heldout, min_ratio)):
         block = steps if done == 0 else 50
         model.train()
         for _ in range(block):
@@ -203,6 +230,14 @@ def warm_start(seed, prior, steps, digit_lists, heldout):
             opt.step()
         done += block
     return model.eval(), tok, done
+
+
+def learnt(model, tok, heldout, min_ratio):
+    """The warm start's stopping rule: the first digit holds half the held-out mass, and the last
+    digit min_ratio times one wrong digit's (tie mix: the base's metrics)."""
+    point = strategy_probs(model.eval(), tok, heldout)
+    ratio = exact_metrics(point, point, "tie", 2)["rare ratio"]
+    return statistics.fmean(point["first"]) >= 0.5 and ratio >= min_ratio
 
 
 # ---------------------------------------------------------------- exact measurement
@@ -234,19 +269,21 @@ def sequence_probs(model, tok, pairs):
 
 @torch.no_grad()
 def strategy_probs(model, tok, digit_lists):
-    """Per prompt: pi(answer = first digit), pi(answer = last digit); the listed mass (all
-    answer_completions of all ten digits; 1 minus it is text outside the answer space), and each
-    digit's coefficient of variation over the prompts."""
+    """Per prompt: pi(answer = first digit), pi(answer = last digit), pi(answer = one of the 8
+    others: "wrong"); the listed mass (all answer_completions of all ten digits; 1 minus it is text
+    outside the answer space), and each digit's coefficient of variation over the prompts."""
     per_digit = [answer_completions(tok, d) for d in DIGITS]
     pairs = [(prompt_ids(tok, x), s) for x in digit_lists for seqs in per_digit for s in seqs]
     probs = sequence_probs(model, tok, pairs).view(len(digit_lists), -1)
     digit_of = torch.tensor([d for d, seqs in enumerate(per_digit) for _ in seqs])
     by_digit = torch.zeros(len(digit_lists), 10).index_add_(1, digit_of, probs)
-    first = by_digit[torch.arange(len(digit_lists)), [x[0] for x in digit_lists]]
-    last = by_digit[torch.arange(len(digit_lists)), [x[-1] for x in digit_lists]]
+    rows = torch.arange(len(digit_lists))
+    first = by_digit[rows, [x[0] for x in digit_lists]]
+    last = by_digit[rows, [x[-1] for x in digit_lists]]
     cv = by_digit.std(0) / by_digit.mean(0)  # per digit, over prompts: large if the prompt is used
     return {"first": [round(v, 7) for v in first.tolist()],
             "last": [round(v, 7) for v in last.tolist()],
+            "wrong": [round(v, 7) for v in (by_digit.sum(-1) - first - last).tolist()],
             "listed": round(float(by_digit.sum(-1).mean()), 7),
             "digit_cv": [round(v, 3) for v in cv.tolist()]}
 
@@ -260,8 +297,10 @@ def success_probs(point, kind):
 
 def exact_metrics(point, base, mix, k):
     """pass@1, pass@k (the expectation over the mix's kinds, 1 - (1 - p)^k per prompt), rare pass@k
-    (the rare kind), the two strategies' masses and M_ret (SPEC Sec. 7: 1 - lost / initial mass of
-    the accepted answers, each weighted by the share of the kinds that accept it)."""
+    (the rare kind), the two strategies' masses, one wrong digit's mass, the rare ratio (the rare
+    strategy's mass over one wrong digit's, each a mean over prompts), the answer space's mass
+    (listed) and M_ret (SPEC Sec. 7: 1 - lost / initial mass of the accepted answers, each weighted
+    by the share of the kinds that accept it)."""
     shares = MIXES[mix]
     out = {"pass@1": 0.0, f"pass@{k}": 0.0}
     for kind in KINDS:
@@ -271,14 +310,15 @@ def exact_metrics(point, base, mix, k):
     out[f"rare pass@{k}"] = statistics.fmean(1 - (1 - p) ** k for p in point["last"])
     out["rare mass"] = statistics.fmean(point["last"])
     out["common mass"] = statistics.fmean(point["first"])
+    out["wrong mass"] = statistics.fmean(point["wrong"]) / WRONG_DIGITS
+    out["rare ratio"] = out["rare mass"] / max(out["wrong mass"], 1e-12)
+    out["listed"] = point["listed"]
     w_last, w_first = shares["both"] + shares["rare"], shares["both"] + shares["common"]
     lost = sum(w_last * max(0.0, l0 - l) + w_first * max(0.0, f0 - f) for f0, l0, f, l in
                zip(base["first"], base["last"], point["first"], point["last"]))
     held = sum(w_last * l0 + w_first * f0 for f0, l0 in zip(base["first"], base["last"]))
     out["M_ret"] = 1 - lost / held
     return out
-
-
 # ---------------------------------------------------------------- one arm: fgrpo.train
 def arm_name(algo, gamma, lr, n):
     return f"{algo}_g{gamma:g}_lr{lr:g}_" + ("exact" if n == "exact" else f"n{n}")
@@ -337,7 +377,7 @@ def patched(module, **attrs):
 
 def train_arm(arm, ctx, keep=False):
     """fgrpo.train on the seed's base model; the exact probabilities of the held-out prompts every
-    --measure-every steps (fgrpo.run_step wrapped). Cached in WORK/seedS/MIX/ARM.json."""
+    --measure-every steps (fgrpo.run_step wrapped). Cached in WORK/START/seedS/MIX/ARM.json."""
     args, tok = ctx["args"], ctx["tok"]
     out = ctx["dir"] / arm["mix"] / arm["name"]
     patches, group = {}, args.n
@@ -400,20 +440,23 @@ def experiment_environment():
             sys.modules["vllm"] = vllm
 
 
-def prepare_seed(seed, args, heldout):
-    """The seed's context: its warm-started base model (WORK/seedS/base, reused if its settings
-    match), its training files (one per mix) and the held-out masses of the base model."""
+def prepare_seed(seed, start, args, heldout):
+    """The context of (seed, warm start): its warm-started base model (WORK/START/seedS/base, reused
+    if its settings match), its training files (one per mix: the same problems for every start)
+    and the held-out masses of the base model."""
     from transformers import AutoTokenizer
-    root = args.work / f"seed{seed}"
+    root = args.work / start / f"seed{seed}"
     train_digits = make_digits(args.train_problems, random.Random(seed), exclude=heldout)
-    settings = {"prior": args.prior, "warm_steps": args.warm_steps, "heldout": heldout,
-                "train_problems": args.train_problems}
+    settings = {"prior": list(WARM_STARTS[start]), "warm_steps": args.warm_steps,
+                "heldout": heldout, "train_problems": args.train_problems}
     saved = root / "base" / "settings.json"
     if saved.exists() and json.loads(saved.read_text())["settings"] == settings:
         base = json.loads(saved.read_text())["base"]
         tok = AutoTokenizer.from_pretrained(root / "base")
     else:
-        model, tok, steps = warm_start(seed, args.prior, args.warm_steps, train_digits, heldout)
+        min_ratio = 0.0 if args.quick else WARM_MIN_RATIO[start]  # --quick: as fast as it can
+        model, tok, steps = warm_start(seed, WARM_STARTS[start], args.warm_steps, train_digits,
+                                       heldout, min_ratio)
         model.save_pretrained(root / "base")
         tok.save_pretrained(root / "base")
         base = {**strategy_probs(model, tok, heldout), "warm_steps": steps}
@@ -423,53 +466,46 @@ def prepare_seed(seed, args, heldout):
         problems = make_problems(train_digits, mix, random.Random(f"{seed}/{mix}"))
         data[mix] = root / f"{mix}.jsonl"
         data[mix].write_text("".join(json.dumps(p) + "\n" for p in problems))
-    return {"args": args, "seed": seed, "tok": tok, "dir": root, "heldout": heldout, "data": data,
-            "base": base, "base_settings": settings}
+    return {"args": args, "seed": seed, "start": start, "tok": tok, "dir": root,
+            "heldout": heldout, "data": data, "base": base, "base_settings": settings}
 
 
 def log_arm(ctx, mix, name, record):
     k = ctx["args"].k
     last = exact_metrics(record["curve"][-1], ctx["base"], mix, k)
-    print(f"seed {ctx['seed']} {mix:4s} {name:28s} pass@1 {last['pass@1']:.3f} "
-          f"pass@{k} {last[f'pass@{k}']:.3f} rare mass {last['rare mass']:.3f} "
+    print(f"seed {ctx['seed']} {ctx['start']}/{mix} {name:24s} pass@1 {last['pass@1']:.3f} "
+          f"pass@{k} {last[f'pass@{k}']:.3f} rare ratio {last['rare ratio']:5.2f} "
           f"({record['seconds']:.0f} s)", flush=True)
 
 
-def frontier_phase(seed, args, heldout):
-    """Phase 1 of a seed: the base algorithm at every lr and gamma, N = --n, in every mix."""
-    with experiment_environment():
-        ctx = prepare_seed(seed, args, heldout)
-        arms = {mix: {} for mix in args.mixes}
-        for mix in args.mixes:
-            for lr in args.lrs:
-                for gamma in args.gammas:
-                    arm = {"mix": mix, "algo": args.algo, "gamma": gamma, "lr": lr, "n": args.n,
-                           "name": arm_name(args.algo, gamma, lr, args.n)}
-                    arms[mix][arm["name"]] = train_arm(arm, ctx)
-                    log_arm(ctx, mix, arm["name"], arms[mix][arm["name"]])
-    return {"seed": seed, "base": ctx["base"], "arms": arms}
+def arm_specs(args):
+    """Every arm of a (seed, start, mix): (gamma, lr, n), N = --n at --gammas and the exact update
+    at --exact-gammas, every lr."""
+    return [(g, lr, n) for lr in args.lrs for n, gammas in ((args.n, args.gammas),
+                                                           ("exact", args.exact_gammas))
+            for g in gammas]
 
 
-def best_lr_phase(seed, args, heldout, best):
-    """Phase 2 of a seed, at each mix's best lr: the exact expected update at --exact-gammas, the
-    --others algorithms at gamma 0 and their paper gamma (first mix), eval.py's check of the last.
-    """
+def run_job(seed, start, args, heldout):
+    """One (seed, warm start): its base model and every arm in every mix; in the main start's first
+    mix, eval.py's cross-check of F's sampled arm at the first lr (kept for eval.py, then removed).
+    Returns its CPU seconds too."""
+    cpu = time.process_time()
     with experiment_environment():
-        ctx = prepare_seed(seed, args, heldout)
+        ctx = prepare_seed(seed, start, args, heldout)
         arms, check = {mix: {} for mix in args.mixes}, None
         for mix in args.mixes:
-            specs = [(args.algo, g, "exact") for g in args.exact_gammas]
-            if mix == args.mixes[0]:  # the other algorithms once, in the first mix
-                specs += [(a, g, args.n) for a in args.others for g in (0.0, fgrpo.PAPER_GAMMA[a])]
-            for algo, gamma, n in specs:
-                arm = {"mix": mix, "algo": algo, "gamma": gamma, "lr": best[mix], "n": n,
-                       "name": arm_name(algo, gamma, best[mix], n)}
-                keep = mix == args.mixes[0] and (algo, gamma, n) == specs[-1]  # eval.py's model
+            for gamma, lr, n in arm_specs(args):
+                arm = {"mix": mix, "algo": args.algo, "gamma": gamma, "lr": lr, "n": n,
+                       "name": arm_name(args.algo, gamma, lr, n)}
+                keep = (start, mix, gamma, lr, n) == (args.starts[0], args.mixes[0],
+                                                      args.gammas[-1], args.lrs[0], args.n)
                 arms[mix][arm["name"]] = record = train_arm(arm, ctx, keep=keep)
                 log_arm(ctx, mix, arm["name"], record)
                 if keep:
                     check = cross_check(ctx, arm, record)
-    return {"seed": seed, "arms": arms, "check": check}
+    return {"seed": seed, "start": start, "base": ctx["base"], "arms": arms, "check": check,
+            "cpu_s": time.process_time() - cpu}
 
 
 def cross_check(ctx, arm, record):
@@ -488,45 +524,50 @@ def cross_check(ctx, arm, record):
     ks = ("1", str(args.k))
     exact = {k: statistics.fmean(1 - (1 - p) ** int(k) for p in ps) for k in ks}
     shutil.rmtree(out)
-    return {"arm": arm["name"], "mix": arm["mix"], "n": args.eval_n, "correct": bench["correct"],
-            "sampled": {k: bench["pass@k"][k] for k in ks}, "exact": exact}
+    return {"arm": arm["name"], "start": ctx["start"], "mix": arm["mix"], "n": args.eval_n,
+            "correct": bench["correct"], "sampled": {k: bench["pass@k"][k] for k in ks},
+            "exact": exact}
 
 
-def run_seeds(phase, args, *rest):
-    """phase(seed, args, *rest) for every seed: in --workers processes (spawned: each imports torch
-    afresh with one thread), or here."""
-    jobs = [(seed, args, *rest) for seed in range(args.seeds)]
+def run_jobs(args, heldout):
+    """run_job for every (seed, start), in --workers processes (spawned: each imports torch afresh
+    with one thread), or here; then per seed, its conditions "START/MIX" side by side."""
+    jobs = [(seed, start, args, heldout) for start in args.starts for seed in range(args.seeds)]
     if args.workers == 1:
-        return [phase(*job) for job in jobs]
-    pool = multiprocessing.get_context("spawn").Pool(args.workers)
-    try:
-        return pool.starmap(phase, jobs, chunksize=1)
-    finally:
-        pool.close()  # the workers finish; terminate() would SIGTERM them mid-write
-        pool.join()
-
-
-def best_lrs(frontier, args):
-    """Per mix, the largest lr at which every seed's gamma-0 run stays in the answer space (listed
-    mass >= 0.9 at every measurement): the most the base algorithm moves without breaking down."""
-    best = {}
-    for mix in args.mixes:
-        stable = [lr for lr in args.lrs if all(
-            min(p["listed"] for p in s["arms"][mix][arm_name(args.algo, 0.0, lr, args.n)]["curve"])
-            >= 0.9 for s in frontier)]
-        best[mix] = max(stable, default=min(args.lrs))
-    return best
-
-
+        done = [run_job(*job) for job in jobs]
+    else:
+        pool = multiprocessing.get_context("spawn").Pool(args.workers)
+        try:
+            done = pool.starmap(run_job, jobs, chunksize=1)
+        finally:
+            pool.close()  # the workers finish; terminate() would SIGTERM them mid-write
+            pool.join()
+    seeds = [{"seed": seed, "base": {}, "arms": {}, "check": None} for seed in range(args.seeds)]
+    for job in done:
+        s = seeds[job["seed"]]
+        for mix, arms in job["arms"].items():
+            s["base"][f"{job['start']}/{mix}"] = job["base"]
+            s["arms"][f"{job['start']}/{mix}"] = arms
+        s["check"] = s["check"] or job["check"]
+    return seeds, sum(job["cpu_s"] for job in done)
 # ---------------------------------------------------------------- analysis: frontiers, seeds paired
+BROKEN = 0.9  # a run has broken down once the answer space holds less than this of the mass
+
+
+def mix_of(key):
+    """A condition, "START/MIX" (or a bare mix: experiments/two_strategy.py), -> its mix."""
+    return key.rsplit("/", 1)[-1]
+
+
 def trajectories(seeds, args):
-    """[seed] -> {mix: {arm: [metrics at step 0 (the base model), then at every measurement]}}."""
-    out = []
-    for s in seeds:
-        out.append({mix: {name: [{"step": p["step"], **exact_metrics(p, s["base"], mix, args.k)}
-                                 for p in [{"step": 0, **s["base"]}] + arm["curve"]]
-                          for name, arm in arms.items()} for mix, arms in s["arms"].items()})
-    return out
+    """[seed] -> {condition: {arm: [metrics at step 0 (the base model), then every measurement]}};
+    a seed is {"base": {condition: masses}, "arms": {condition: {arm: {"curve": [...]}}}}."""
+    def path(base, curve, mix):
+        return [{"step": p["step"], **exact_metrics(p, base, mix, args.k)}
+                for p in [{"step": 0, **base}] + curve]
+
+    return [{key: {name: path(s["base"][key], arm["curve"], mix_of(key)) for name, arm in
+                   arms.items()} for key, arms in s["arms"].items()} for s in seeds]
 
 
 def frontier_at(paths, t, k):
@@ -544,46 +585,54 @@ def frontier_at(paths, t, k):
 
 
 def ceiling(paths):
+    """The highest pass@1 of any measurement of any of the paths."""
     return max(p["pass@1"] for path in paths for p in path)
 
 
-def matched_levels(traj, mix, groups, count):
-    """--levels pass@1 values from the highest base-model pass@1 over seeds to the lowest ceiling
-    over seeds and groups of arms; [] where they do not overlap."""
-    lo = max(t[mix][groups[0][0]][0]["pass@1"] for t in traj)
-    hi = min(ceiling([t[mix][n] for n in g]) for t in traj for g in groups)
-    return [lo + (hi - lo) * i / (count - 1) for i in range(count)] if hi > lo else []
+def seed_levels(groups, count):
+    """One seed's matched pass@1 levels: 1/count, 2/count, ..., 1 of the way from its base model's
+    pass@1 (every path's first point) to the top, the lowest ceiling of the groups of paths; [] if
+    none is above the base. The base point itself, a gap of 0 by construction, is not a level."""
+    lo, hi = groups[0][0][0]["pass@1"], min(ceiling(g) for g in groups)
+    if hi <= lo:
+        return []
+    return [lo + (hi - lo) * i / count for i in range(1, count)] + [hi]
 
 
-def gap_per_seed(traj, mix, base_arms, arms, levels, k):
-    """Per seed: the frontier of `arms` minus that of `base_arms` in pass@k, mean over levels."""
-    gaps = []
+def compare(traj, key, base_arms, arms, args):
+    """F (arms) against its base (base_arms), each seed on its own matched range: the pass@k gap at
+    each level and averaged over the levels, and the ceilings; paired over the seeds."""
+    levels, gaps, tops = [], [], []
     for t in traj:
-        a, b = [t[mix][n] for n in base_arms], [t[mix][n] for n in arms]
-        gaps.append(statistics.fmean(frontier_at(b, x, k) - frontier_at(a, x, k) for x in levels))
-    return gaps
-
-
-def compare(traj, mix, base_arms, arms, args, groups=None):
-    """F (arms) against its base (base_arms) at matched pass@1, and their ceilings: paired stats."""
-    levels = matched_levels(traj, mix, groups or [base_arms, arms], args.levels)
-    tops = [(ceiling([t[mix][n] for n in base_arms]), ceiling([t[mix][n] for n in arms]))
-            for t in traj]
-    gaps = gap_per_seed(traj, mix, base_arms, arms, levels, args.k) if levels else None
-    return {"levels": levels, "gap": gaps and paired_summary(gaps), "gaps": gaps,
-            "ceiling": paired_summary([b - a for a, b in tops]),
-            "ceilings": [statistics.fmean(x) for x in zip(*tops)]}  # mean: base's, arms'
+        a, b = [t[key][n] for n in base_arms], [t[key][n] for n in arms]
+        levels.append(seed_levels([a, b], args.levels))
+        gaps.append([frontier_at(b, x, args.k) - frontier_at(a, x, args.k) for x in levels[-1]])
+        tops.append((ceiling(a), ceiling(b)))
+    matched = [i for i, lv in enumerate(levels) if lv]
+    out = {"levels": levels, "gaps_by_level": gaps, "unmatched": len(traj) - len(matched),
+           "ceiling": paired_summary([b - a for a, b in tops]),
+           "ceilings": [statistics.fmean(x) for x in zip(*tops)],  # mean: base's, arms'
+           "level_pass@1": [], "by_level": [], "gaps": [], "gap": None}
+    if matched:
+        out["level_pass@1"] = [statistics.fmean(levels[i][j] for i in matched)
+                               for j in range(args.levels)]
+        out["by_level"] = [paired_summary([gaps[i][j] for i in matched])
+                           for j in range(args.levels)]
+        out["gaps"] = [statistics.fmean(gaps[i]) for i in matched]
+        out["gap"] = paired_summary(out["gaps"])
+    return out
 
 
 FINAL_KEYS = ("pass@1", "pass@{k}", "rare pass@{k}", "rare mass", "M_ret")
+BASE_KEYS = ("pass@1", "pass@{k}", "rare mass", "wrong mass", "rare ratio")
 
 
-def final_deltas(traj, mix, base_name, name, k):
+def final_deltas(traj, key, base_name, name, k):
     """Paired over seeds: the arm's final metrics minus the base arm's, at the same lr."""
     out = {}
-    for key in (x.format(k=k) for x in FINAL_KEYS):
-        diffs = [t[mix][name][-1][key] - t[mix][base_name][-1][key] for t in traj]
-        out[key] = paired_summary(diffs)
+    for metric in (x.format(k=k) for x in FINAL_KEYS):
+        diffs = [t[key][name][-1][metric] - t[key][base_name][-1][metric] for t in traj]
+        out[metric] = paired_summary(diffs)
     return out
 
 
@@ -591,75 +640,64 @@ def mean_sd(xs):
     return [statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0]
 
 
-def finals(traj, mix):
+def finals(traj, key):
     """Mean and sd over seeds of the base model's metrics and of every arm's final ones."""
-    first = next(iter(traj[0][mix]))
-    rows = {"base": [t[mix][first][0] for t in traj]}
-    rows.update({arm: [t[mix][arm][-1] for t in traj] for arm in traj[0][mix]})
-    return {arm: {key: mean_sd([r[key] for r in rs]) for key in rs[0] if key != "step"}
+    first = next(iter(traj[0][key]))
+    rows = {"base": [t[key][first][0] for t in traj]}
+    rows.update({arm: [t[key][arm][-1] for t in traj] for arm in traj[0][key]})
+    return {arm: {m: mean_sd([r[m] for r in rs]) for m in rs[0] if m != "step"}
             for arm, rs in rows.items()}
 
 
-def summarise_mix(traj, mix, args, lr):
-    """One mix: every arm's final metrics (mean, sd over seeds), F against gamma 0 at matched pass@1
-    over the whole lr sweep and at each lr, the exact update against N, the --others."""
-    def name(g, lr_, n=args.n, algo=args.algo):
-        return arm_name(algo, g, lr_, n)
+def arm_rows(traj, seeds, key, k):
+    """Per arm, means over seeds: final pass@1, pass@k, rare mass and rare ratio, the highest
+    pass@1 reached, the rare ratio at every measurement, the share of tokens clipped; and the
+    seeds whose run broke down (BROKEN) at some measurement."""
+    rows = {}
+    for name in traj[0][key]:
+        paths = [t[key][name] for t in traj]
+        row = {m: statistics.fmean(p[-1][m] for p in paths)
+               for m in ("pass@1", f"pass@{k}", "rare mass", "rare ratio")}
+        row["highest pass@1"] = statistics.fmean(ceiling([p]) for p in paths)
+        row["rare ratio by step"] = [statistics.fmean(p[i]["rare ratio"] for p in paths)
+                                     for i in range(len(paths[0]))]
+        row["broke down"] = sum(min(x["listed"] for x in p) < BROKEN for p in paths)
+        row["clip_frac"] = statistics.fmean(s["arms"][key][name]["clip_frac"] for s in seeds)
+        rows[name] = row
+    return rows
 
-    def sweep(g):
-        return [name(g, x) for x in args.lrs]
 
-    out = {"best_lr": lr, "final": finals(traj, mix), "frontier": {}, "same_lr": {}, "exact": {},
-           "others": {}}
-    for g in args.gammas[1:]:
-        out["frontier"][f"{g:g}"] = compare(traj, mix, sweep(0.0), sweep(g), args)
-        for x in args.lrs:
-            out["same_lr"][f"{g:g}@{x:g}"] = final_deltas(traj, mix, name(0.0, x), name(g, x),
-                                                          args.k)
-    if 0.0 in args.exact_gammas:
-        for g in [g for g in args.exact_gammas if g in args.gammas and g != 0]:
-            out["exact"][f"{g:g}"] = exact_vs_sampled(traj, mix, args, lr, g)
-    for algo in args.others if mix == args.mixes[0] else []:
-        g = fgrpo.PAPER_GAMMA[algo]
-        out["others"][algo] = {
-            "gamma": g, "base_vs_" + args.algo: final_deltas(traj, mix, name(0.0, lr),
-                                                              name(0.0, lr, algo=algo), args.k),
-            "F": compare(traj, mix, [name(0.0, lr, algo=algo)], [name(g, lr, algo=algo)], args),
-            args.algo + "_F": compare(traj, mix, [name(0.0, lr)], [name(g, lr)], args)
-            if g in args.gammas else None}
+def sweep(args, gamma, n):
+    return [arm_name(args.algo, gamma, lr, n) for lr in args.lrs]
+
+
+def summarise_condition(traj, seeds, key, args):
+    """One (warm start, mix): the base model, every arm, F minus the base algorithm at matched
+    pass@1 (N = --n and exact), and F's gain at N = --n minus its gain with the exact update."""
+    base = [t[key][sweep(args, 0.0, args.n)[0]][0] for t in traj]
+    out = {"base": {m: mean_sd([b[m] for b in base]) for m in (x.format(k=args.k)
+                                                                for x in BASE_KEYS)},
+           "arms": arm_rows(traj, seeds, key, args.k), "frontier": {}, "n_minus_exact": {}}
+    for n, gammas in ((args.n, args.gammas), ("exact", args.exact_gammas)):
+        for g in gammas[1:]:
+            out["frontier"][f"{g:g}/{n}"] = compare(traj, key, sweep(args, 0.0, n),
+                                                    sweep(args, g, n), args)
+    for g in [g for g in args.gammas[1:] if g in args.exact_gammas]:
+        sampled, exact = (out["frontier"][f"{g:g}/{n}"] for n in (args.n, "exact"))
+        if not sampled["unmatched"] and not exact["unmatched"]:
+            diffs = [a - b for a, b in zip(sampled["gaps"], exact["gaps"])]
+            out["n_minus_exact"][f"{g:g}"] = paired_summary(diffs)
     return out
 
 
-def exact_vs_sampled(traj, mix, args, lr, g):
-    """At the best lr: F's gain over gamma 0 at matched pass@1 with N = --n and with the exact
-    update (on common levels), their difference, and F at N = --n against the exact gamma 0."""
-    g0n, gn = arm_name(args.algo, 0.0, lr, args.n), arm_name(args.algo, g, lr, args.n)
-    g0x, gx = arm_name(args.algo, 0.0, lr, "exact"), arm_name(args.algo, g, lr, "exact")
-    levels = matched_levels(traj, mix, [[g0n], [gn], [g0x], [gx]], args.levels)
-    out = {"levels": levels, "final_exact": final_deltas(traj, mix, g0x, gx, args.k),
-           "F_n_vs_exact_base": compare(traj, mix, [g0x], [gn], args)}
-    if levels:
-        gap_n = gap_per_seed(traj, mix, [g0n], [gn], levels, args.k)
-        gap_x = gap_per_seed(traj, mix, [g0x], [gx], levels, args.k)
-        out.update(gap_n=paired_summary(gap_n), gap_exact=paired_summary(gap_x),
-                   gap_n_minus_exact=paired_summary([a - b for a, b in zip(gap_n, gap_x)]),
-                   gaps_n=gap_n, gaps_exact=gap_x)
-    return out
-
-
-def summarise(seeds, args, best):
+def summarise(seeds, args):
     traj = trajectories(seeds, args)
-    out = {"best_lr": best, "mixes": {m: summarise_mix(traj, m, args, best[m]) for m in args.mixes}}
-    for mix, res in out["mixes"].items():  # the share of tokens clipped, mean over steps and seeds
-        res["clip_frac"] = {arm: statistics.fmean(s["arms"][mix][arm]["clip_frac"] for s in seeds)
-                            for arm in seeds[0]["arms"][mix]}
-    checks = [s["check"] for s in seeds if s.get("check")]
+    out = {"conditions": {key: summarise_condition(traj, seeds, key, args)
+                          for key in seeds[0]["arms"]}}
     out["check"] = [{"seed": s["seed"], **{f"{w} pass@{k}": s["check"][w][k] for w in
                                             ("sampled", "exact") for k in s["check"]["sampled"]}}
-                    for s in seeds if s.get("check")] if checks else []
+                    for s in seeds if s.get("check")]
     return out
-
-
 # ---------------------------------------------------------------- the report
 def ci(s, digits=3):
     """A paired summary as "mean [lo, hi]"."""
@@ -672,7 +710,7 @@ def ci(s, digits=3):
 
 def tests(s):
     """A paired summary's tests: "p_t / p_Wilcoxon, positive/n"."""
-    if s is None:
+    if s is None or s["p_t"] is None:
         return "-"
     return f"{s['p_t']:.2g} / {s['p_wilcoxon']:.2g}, {s['positive']}/{s['n']}"
 
@@ -682,74 +720,105 @@ def table(head, rows):
     return lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows]
 
 
-def mix_markdown(mix, res, args):
-    k, lr = args.k, res["best_lr"]
+def comparison_label(name, args):
+    gamma, n = name.split("/")
+    return f"gamma {gamma}, " + ("exact" if n == "exact" else f"N {n}")
+
+
+def describe(key):
+    start, mix = key.split("/")
+    first, last = WARM_STARTS[start]
     shares = ", ".join(f"{kind} {MIXES[mix][kind]:g}" for kind in KINDS)
-    lines = [f"## Mix \"{mix}\" ({shares}); best lr {lr:g}", "",
-             f"F minus gamma 0 (the {args.algo} lr sweep {args.lrs}): pass@{k} at matched pass@1,",
-             "averaged over the matched levels, and the highest pass@1 reached (ceiling). Paired",
-             "over seeds: mean [95% t interval]; tests: paired t p / exact Wilcoxon p, seeds > 0.",
-             ""]
-    rows = [[g, ci(c["gap"], 4), tests(c["gap"]), "{:.3f} / {:.3f}".format(*c["ceilings"]),
-             ci(c["ceiling"]), tests(c["ceiling"]),
-             f"{c['levels'][0]:.3f}-{c['levels'][-1]:.3f}" if c["levels"] else "none"]
-            for g, c in res["frontier"].items()]
-    lines += table(["gamma", f"pass@{k} gain", "tests", "ceiling: gamma 0 / F", "ceiling gain",
-                    "tests", "levels"], rows)
-    lines += ["", f"At lr {lr:g}: F's gain over gamma 0 at matched pass@1 with N = {args.n} and "
-              "with the exact expected update (N -> infinity), on common levels; then F at N = "
-              f"{args.n} against the exact gamma 0.", ""]
-    rows = [[g, ci(e.get("gap_n"), 4), ci(e.get("gap_exact"), 4), ci(e.get("gap_n_minus_exact"), 4),
-             tests(e.get("gap_n_minus_exact")), ci(e["F_n_vs_exact_base"]["gap"], 4),
-             tests(e["F_n_vs_exact_base"]["gap"])] for g, e in res["exact"].items()]
-    lines += table(["gamma", f"gain, N {args.n}", "gain, exact", "difference", "tests",
-                    f"F N {args.n} - exact gamma 0", "tests"], rows)
-    lines += ["", "Same lr, final step: F minus gamma 0, paired over seeds.", ""]
-    keys = [x.format(k=k) for x in FINAL_KEYS]
-    rows = [[key_] + [ci(d[x]) for x in keys] for key_, d in res["same_lr"].items()]
-    lines += table(["gamma@lr", *keys], rows)
-    lines += others_markdown(res, args) + ["", "Final metrics, mean ± sd over seeds.", ""]
-    cols = [*keys, "common mass"]
-    rows = [[arm] + [f"{v[x][0]:.3f} ± {v[x][1]:.3f}" for x in cols]
-            for arm, v in res["final"].items()]
-    return lines + table(["arm", *cols], rows) + [""]
+    return (f"warm start \"{start}\" (targets: first digit {first:g}, last {last:g}, the rest "
+            f"uniform), mix \"{mix}\" ({shares})")
 
 
-def others_markdown(res, args):
-    if not res["others"]:
-        return []
-    k = args.k
-    lines = ["", f"The other algorithms at lr {res['best_lr']:g}: gamma 0 minus {args.algo}'s "
-             f"gamma 0 (final), and F's gain over gamma 0 at matched pass@1 beside {args.algo}'s.",
-             ""]
+def glance_markdown(summary, args):
+    """Every condition in one table: the base's rare ratio, F's gain averaged over levels and at
+    the top level."""
+    names = list(next(iter(summary["conditions"].values()))["frontier"])
+    head = ["condition", "base rare ratio"] + [f"{comparison_label(x, args)}: {part}"
+                                               for x in names for part in ("mean", "top level")]
     rows = []
-    for algo in [args.algo, *res["others"]]:
-        clipped = res["clip_frac"][arm_name(algo, 0.0, res["best_lr"], args.n)]
-        if algo == args.algo:
-            rows.append([algo, "", "", "", "", "", "", f"{clipped:.2g}"])
-            continue
-        o = res["others"][algo]
-        vs = o["base_vs_" + args.algo]
-        rows.append([algo, f"{o['gamma']:g}", ci(vs["pass@1"]), ci(vs[f"pass@{k}"]),
-                     ci(o["F"]["gap"], 4), tests(o["F"]["gap"]),
-                     ci((o[args.algo + "_F"] or {}).get("gap"), 4), f"{clipped:.2g}"])
-    return lines + table(["algo", "gamma", "Δ pass@1", f"Δ pass@{k}", "F gain (its own)", "tests",
-                          f"F gain ({args.algo})", "clip_frac, gamma 0"], rows)
+    for key, res in summary["conditions"].items():
+        ratio = res["base"]["rare ratio"]
+        row = [key, f"{ratio[0]:.2f} ± {ratio[1]:.2f}"]
+        for x in names:
+            c = res["frontier"][x]
+            row += [ci(c["gap"], 4), ci(c["by_level"][-1] if c["by_level"] else None, 4)]
+        rows.append(row)
+    return ["## At a glance: F minus " + args.algo.upper() + f", pass@{args.k} at matched pass@1",
+            "", f"Per seed on its matched range, averaged over the {args.levels} levels (mean) "
+            "and at the top level; mean [95% t interval] over seeds. Rare ratio: the last digit's "
+            "mass over one wrong digit's at the base model, mean ± sd over seeds.", "",
+            *table(head, rows), ""]
 
 
-def markdown(summary, args, wall):
-    lines = [f"# See it happen: {args.seeds} seeds, {args.steps} steps, N = {args.n}, "
-             f"{args.prompts} prompts per step", "",
+def frontier_markdown(res, args):
+    k, algo = args.k, args.algo.upper()
+    lines = [f"F minus {algo}, pass@{k} at matched pass@1. Each seed has its own range: from its "
+             "base model's pass@1 to the top, the lower of the two frontiers' ceilings (a "
+             "ceiling: the highest pass@1 of any lr at any measured step); its levels are 1/L, "
+             f"..., L/L of the way (L = {args.levels}; the base point is left out). The gain is "
+             "averaged over the levels; the range's pass@1 is the mean over seeds of the lowest "
+             "and the top level. Paired over seeds: mean [95% t interval]; tests: paired t p / "
+             "exact Wilcoxon p, seeds > 0.", ""]
+    rows = []
+    for name, c in res["frontier"].items():
+        span = f"{c['level_pass@1'][0]:.3f}-{c['level_pass@1'][-1]:.3f}" if c["gap"] else "none"
+        rows.append([comparison_label(name, args), ci(c["gap"], 4), tests(c["gap"]), span,
+                     "{:.3f} / {:.3f}".format(*c["ceilings"]), ci(c["ceiling"]),
+                     tests(c["ceiling"]), c["unmatched"]])
+    lines += table(["comparison", f"pass@{k} gain", "tests", "matched pass@1",
+                    f"ceiling: {algo} / F", "ceiling gain", "tests", "seeds unmatched"], rows)
+    for name, c in res["frontier"].items():
+        lines += ["", f"{comparison_label(name, args)}: the gap at each level.", ""]
+        rows = [[f"{j + 1}/{args.levels}", f"{x:.3f}", ci(s, 4), tests(s)]
+                for j, (x, s) in enumerate(zip(c["level_pass@1"], c["by_level"]))]
+        lines += table(["level", "pass@1 (mean)", f"pass@{k} gain", "tests"], rows)
+    if res["n_minus_exact"]:
+        lines += ["", f"F's gain at N {args.n} minus its gain with the exact update (each averaged "
+                  "over its own levels), paired over seeds.", ""]
+        rows = [[g, ci(s, 4), tests(s)] for g, s in res["n_minus_exact"].items()]
+        lines += table(["gamma", "difference", "tests"], rows)
+    return lines
+
+
+def arms_markdown(res, args):
+    k = args.k
+    lines = ["", "Every arm, mean over seeds: final metrics, the highest pass@1 reached, the seeds "
+             f"whose run broke down (answer space under {BROKEN} of the mass), tokens clipped.", ""]
+    rows = [[arm, *(f"{r[m]:.3f}" for m in ("pass@1", f"pass@{k}", "rare mass")),
+             f"{r['rare ratio']:.2f}", f"{r['highest pass@1']:.3f}", r["broke down"],
+             f"{r['clip_frac']:.2g}"] for arm, r in res["arms"].items()]
+    lines += table(["arm", "pass@1", f"pass@{k}", "rare mass", "rare ratio", "highest pass@1",
+                    "broke down", "clip_frac"], rows)
+    steps = [0] + [s for s in range(1, args.steps + 1)
+                   if s % args.measure_every == 0 or s == args.steps]
+    lines += ["", "The rare ratio along every run (mean over seeds; step 0: the base model).", ""]
+    rows = [[arm] + [f"{v:.2f}" for v in r["rare ratio by step"]] for arm, r in res["arms"].items()]
+    return lines + table(["arm", *(f"step {s}" for s in steps)], rows)
+
+
+def markdown(summary, args, times):
+    lines = [f"# See it happen: {len(args.starts)} warm starts x {args.seeds} seeds, {args.steps} "
+             f"steps, N = {args.n}, {args.prompts} prompts per step", "",
              f"`python experiments/see_it_happen.py{' --quick' if args.quick else ''}`: "
-             f"{wall / 60:.1f} min on 2 shared cores ({args.workers} workers). Every figure is "
-             f"exact over {args.heldout} held-out prompts (see the module docstring); "
-             f"pass@{args.k} of a mix is the expectation over its kinds.", ""]
-    for mix, res in summary["mixes"].items():
-        lines += mix_markdown(mix, res, args)
+             f"{times['wall_s'] / 60:.1f} min wall, {times['cpu_s'] / 60:.1f} CPU-min in "
+             f"{args.workers} worker(s); load average {times['load'][0]:.1f} at the start, "
+             f"{times['load'][1]:.1f} at the end (above {args.workers}: the cores were shared). "
+             f"Every figure is exact over {args.heldout} held-out prompts (see the module "
+             f"docstring); pass@{args.k} of a mix is the expectation over its kinds.", ""]
+    lines += glance_markdown(summary, args)
+    for key, res in summary["conditions"].items():
+        base = res["base"]
+        lines += [f"## {key}: {describe(key)}", "", "Base model, mean ± sd over seeds: " +
+                  ", ".join(f"{m} {v[0]:.3f} ± {v[1]:.3f}" for m, v in base.items()), ""]
+        lines += frontier_markdown(res, args) + arms_markdown(res, args) + [""]
     if summary["check"]:
         k = args.k
-        lines += ["## eval.py cross-check (sampled, n = {}) against the exact figures".format(
-            args.eval_n), ""]
+        lines += [f"## eval.py cross-check (sampled, n = {args.eval_n}) against the exact figures",
+                  ""]
         rows = [[c["seed"]] + [f"{c[f'{w} pass@{x}']:.3f}" for x in ("1", str(k))
                                for w in ("sampled", "exact")] for c in summary["check"]]
         lines += table(["seed", "sampled pass@1", "exact pass@1", f"sampled pass@{k}",
@@ -757,6 +826,7 @@ def markdown(summary, args, wall):
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------- the plot
 def median_path(paths, keys):
     """The step-by-step median over seeds of trajectories measured at the same steps (a run that
     breaks down in one seed does not drag the line)."""
@@ -765,6 +835,8 @@ def median_path(paths, keys):
 
 
 def plot(traj, summary, args, path):
+    """Per condition (a column): every run and the mean frontiers; the rare ratio along every run;
+    F's gap at each matched level with its 95% interval."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -772,72 +844,101 @@ def plot(traj, summary, args, path):
     except ImportError:
         print("note: pip install matplotlib to get the plot")
         return
-    k, mixes = args.k, args.mixes
-    colors = {g: f"C{i}" for i, g in enumerate(args.gammas)}
-    fig, axes = plt.subplots(3, len(mixes), figsize=(6.5 * len(mixes), 15), squeeze=False)
-    for col, mix in enumerate(mixes):
-        lr = summary["mixes"][mix]["best_lr"]
-        for g in args.gammas:
-            for n, style in ((args.n, "-"), ("exact", "--")):
-                lrs = args.lrs if n == args.n else [lr]
-                for x in [x for x in lrs if arm_name(args.algo, g, x, n) in traj[0][mix]]:
-                    p1, pk, rare = median_path([t[mix][arm_name(args.algo, g, x, n)] for t in traj],
-                                               ["pass@1", f"pass@{k}", "rare mass"])
-                    label = f"gamma {g:g}, " + (f"exact, lr {x:g}" if n == "exact" else
-                                                f"N {n}, every lr")
-                    look = dict(linestyle=style, marker=".", color=colors[g], alpha=0.5, lw=1)
-                    axes[0][col].plot(p1, pk, label=label if x == lrs[0] else None, **look)
-                    axes[1][col].plot(p1, rare, **look)
-            plot_mean_frontier(axes[0][col], traj, mix, g, args, colors[g])
-        axes[0][col].set(title=f"{mix} mix: runs (median over seeds); thick: mean frontier",
-                         xlabel="pass@1", ylabel=f"pass@{k}")
-        axes[1][col].set(title=f"{mix} mix: the rare strategy's mass (median over seeds)",
-                         xlabel="pass@1", ylabel="rare mass")
-        axes[0][col].legend(fontsize=7)
-        plot_gaps(axes[2][col], summary["mixes"][mix], args)
-        axes[2][col].set_title(f"{mix} mix: F minus gamma 0, pass@{k} at matched pass@1")
+    keys = list(summary["conditions"])
+    fig, axes = plt.subplots(3, len(keys), figsize=(6.5 * len(keys), 15), squeeze=False)
+    for col, key in enumerate(keys):
+        plot_runs(axes[0][col], axes[1][col], traj, key, args)
+        plot_levels(axes[2][col], summary["conditions"][key], args)
+        axes[0][col].set_title(f"{key}: runs (median over seeds); thick: mean frontier")
+        axes[1][col].set_title(f"{key}: last digit's mass / one wrong digit's")
+        axes[2][col].set_title(f"{key}: F minus {args.algo.upper()} at each matched level")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
-def plot_mean_frontier(ax, traj, mix, g, args, color):
-    names = [arm_name(args.algo, g, x, args.n) for x in args.lrs]
-    lo = min(t[mix][names[0]][0]["pass@1"] for t in traj)
-    hi = min(ceiling([t[mix][n] for n in names]) for t in traj)
+def plot_runs(ax_front, ax_ratio, traj, key, args):
+    """Every run's median path in (pass@1, pass@k) and (pass@1, rare ratio), and the mean frontiers;
+    the axes show pass@1 from the base model up (a run that broke down falls off to the left)."""
+    colors = {g: f"C{i}" for i, g in enumerate(sorted(set(args.gammas + args.exact_gammas)))}
+    shown = []
+    for n, gammas, style in ((args.n, args.gammas, "-"), ("exact", args.exact_gammas, "--")):
+        for g in gammas:
+            for lr in args.lrs:
+                runs = [t[key][arm_name(args.algo, g, lr, n)] for t in traj]
+                p1, pk, ratio = median_path(runs, ["pass@1", f"pass@{args.k}", "rare ratio"])
+                label = f"gamma {g:g}, " + ("exact" if n == "exact" else f"N {n}")
+                look = dict(linestyle=style, marker=".", color=colors[g], alpha=0.45, lw=1)
+                ax_front.plot(p1, pk, **look)
+                ax_ratio.plot(p1, ratio, label=label if lr == args.lrs[0] else None, **look)
+                shown += list(zip(p1, pk, ratio))
+            plot_mean_frontier(ax_front, traj, key, sweep(args, g, n), args, colors[g], style)
+    lo = min(t[key][sweep(args, 0.0, args.n)[0]][0]["pass@1"] for t in traj) - 0.01
+    inside = [(y, r) for x, y, r in shown if x >= lo]
+    ys, ratios = [y for y, _ in inside], [r for _, r in inside]
+    xlim = (lo, max(shown)[0] + 0.01)
+    ax_front.set(xlabel="pass@1", ylabel=f"pass@{args.k}", xlim=xlim,
+                 ylim=(min(ys) - 0.01, max(ys) + 0.005))
+    ax_ratio.axhline(1, color="grey", lw=0.8)
+    ax_ratio.set(xlabel="pass@1", ylabel="rare ratio (1: the uniform floor)", yscale="log",
+                 xlim=xlim, ylim=(min(ratios + [1.0]) / 1.3, max(ratios) * 1.3))
+    ax_ratio.legend(fontsize=7)
+
+
+def plot_mean_frontier(ax, traj, key, names, args, color, style):
+    lo = min(t[key][names[0]][0]["pass@1"] for t in traj)
+    hi = min(ceiling([t[key][n] for n in names]) for t in traj)
     xs = [lo + (hi - lo) * i / 40 for i in range(41)]
-    ys = [[frontier_at([t[mix][n] for n in names], x, args.k) for t in traj] for x in xs]
+    ys = [[frontier_at([t[key][n] for n in names], x, args.k) for t in traj] for x in xs]
     pts = [(x, statistics.fmean(y)) for x, y in zip(xs, ys) if None not in y]
-    ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=color, lw=2.5)
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, lw=2.5)
 
 
-def plot_gaps(ax, res, args):
-    """Each comparison's per-seed gap at matched pass@1 (dots) with its mean and 95% interval."""
-    rows = [(f"F {g} sweep", c["gaps"], c["gap"]) for g, c in res["frontier"].items()]
-    for g, e in res["exact"].items():
-        rows += [(f"F {g} N {args.n}", e.get("gaps_n"), e.get("gap_n")),
-                 (f"F {g} exact", e.get("gaps_exact"), e.get("gap_exact"))]
-    rows = [r for r in rows if r[1]]
-    for i, (label, gaps, s) in enumerate(rows):
-        ax.plot([i] * len(gaps), gaps, "o", color="C0", alpha=0.5, ms=4)
-        if s["lo"] is not None:
-            err = [[s["mean"] - s["lo"]], [s["hi"] - s["mean"]]]
-            ax.errorbar([i + 0.15], [s["mean"]], yerr=err, fmt="s", color="k", capsize=3)
+def plot_levels(ax, res, args):
+    """Each comparison's gap at each level, at the level's mean pass@1: mean and 95% interval."""
+    for i, (name, c) in enumerate(res["frontier"].items()):
+        if not c["by_level"]:
+            continue
+        xs = [x + 0.0015 * i for x in c["level_pass@1"]]
+        means = [s["mean"] for s in c["by_level"]]
+        err = [[s["mean"] - (s["lo"] if s["lo"] is not None else s["mean"]) for s in c["by_level"]],
+               [(s["hi"] if s["hi"] is not None else s["mean"]) - s["mean"] for s in c["by_level"]]]
+        ax.errorbar(xs, means, yerr=err, fmt="o-", ms=3, capsize=2, lw=1, color=f"C{i}",
+                    label=comparison_label(name, args))
     ax.axhline(0, color="grey", lw=0.8)
-    ax.set_xticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
-    ax.set(ylabel=f"pass@{args.k} gain (dots: seeds; squares: mean, 95% CI)")
+    ax.set(xlabel="pass@1 of the level (mean over seeds)",
+           ylabel=f"pass@{args.k} gain, mean and 95% t interval over seeds")
+    ax.legend(fontsize=7)
 
 
 # ---------------------------------------------------------------- main
+HAND_WRITTEN = "<!-- written by hand above this line; see_it_happen.py writes the rest -->"
+
+
+def write_results(result, args):
+    """OUT/NAME.json, .md and .png from a run's seeds, settings and times. The part of an existing
+    OUT/NAME.md above HAND_WRITTEN (a reading of the results) is kept."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}.json").write_text(json.dumps(result))
+    md = args.out / f"{args.name}.md"
+    old = md.read_text() if md.exists() else ""
+    kept = old[:old.index(HAND_WRITTEN)] + HAND_WRITTEN + "\n\n" if HAND_WRITTEN in old else ""
+    md.write_text(kept + markdown(result["summary"], args, result["times"]))
+    plot(trajectories(result["seeds"], args), result["summary"], args,
+         args.out / f"{args.name}.png")
+    print(f"results: {args.out / args.name}.json, .md, .png", flush=True)
+
+
 def report_only(args):
-    """The tables and the plot again from a finished run's JSON, with the settings it ran with."""
-    saved = json.loads((args.out / f"{args.name}.json").read_text())
+    """The summary, tables and plot again from a finished run's JSON, with its settings."""
+    source = args.out / f"{args.name}.json"
+    if not source.exists():
+        sys.exit(f"--report-only: no {source} (--out names the folder of a finished run)")
+    saved = json.loads(source.read_text())
     ran = argparse.Namespace(**{**saved["config"], "work": Path(saved["config"]["work"]),
                                 "out": args.out})
-    saved["summary"] = summary = summarise(saved["seeds"], ran, saved["summary"]["best_lr"])
-    (args.out / f"{args.name}.json").write_text(json.dumps(saved))
-    (args.out / f"{args.name}.md").write_text(markdown(summary, ran, saved["wall_s"]))
-    plot(trajectories(saved["seeds"], ran), summary, ran, args.out / f"{args.name}.png")
+    saved["summary"] = summarise(saved["seeds"], ran)
+    write_results(saved, ran)
     return saved
 
 
@@ -845,30 +946,21 @@ def main(argv=None):
     args = parse_args(argv)
     if args.report_only:
         return report_only(args)
-    t0 = time.time()
+    t0, load = time.time(), os.getloadavg()[0]
     heldout = make_digits(args.heldout, random.Random(10_000))
     args.work.mkdir(parents=True, exist_ok=True)
     for mix in args.mixes:  # eval.py's file: the held-out prompts with kinds in the mix's shares
         problems = make_problems(heldout, mix, None, exact_shares=True)
         text = "".join(json.dumps(p) + "\n" for p in problems)
         (args.work / f"heldout_{mix}.jsonl").write_text(text)
-    frontier = run_seeds(frontier_phase, args, heldout)
-    best = best_lrs(frontier, args)
-    print(f"best lr per mix: {best}", flush=True)
-    extra = run_seeds(best_lr_phase, args, heldout, best)
-    seeds = [{"seed": f["seed"], "base": f["base"], "check": e["check"],
-              "arms": {m: {**f["arms"][m], **e["arms"][m]} for m in args.mixes}}
-             for f, e in zip(frontier, extra)]
-    summary = summarise(seeds, args, best)
-    wall = time.time() - t0
+    seeds, cpu = run_jobs(args, heldout)
+    summary = summarise(seeds, args)
+    times = {"wall_s": time.time() - t0, "cpu_s": cpu, "load": [load, os.getloadavg()[0]]}
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     result = {"config": config, "heldout": heldout, "seeds": seeds, "summary": summary,
-              "wall_s": wall}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(result))
-    (args.out / f"{args.name}.md").write_text(markdown(summary, args, wall))
-    plot(trajectories(seeds, args), summary, args, args.out / f"{args.name}.png")
-    print(markdown(summary, args, wall))
+              "times": times}
+    write_results(result, args)
+    print(markdown(summary, args, times))
     return result
 
 

@@ -13,7 +13,10 @@ experiments/see_it_happen.py, and what GRPO's group-normalised update ascends.
        w_N(p) -> F'(p) = (1 - p)^gamma / sqrt(p (1 - p)):
    GRPO ascends sum_x F(p_x). An unsampled rare correct answer changes nothing in expectation: N
    moves only the weight w_N(p) each prompt gets. check_expected_update verifies the identity by
-   Monte Carlo through fgrpo.group_advantages and autograd; docs/why-focal.md reads it.
+   Monte Carlo through fgrpo.group_advantages and autograd; docs/why-focal.md reads it. Off ratio
+   1 (a later mini-batch of the same rollout) the identity holds with the gradient taken at the
+   current policy, until DAPO's clip drops a term: clipped_expected_update sums it exactly.
+   Without the std normalisation (Dr. GRPO), w_N(p) -> (1 - p)^gamma: prompt_weight(std=False).
 2. The objective's shape: F(p) = int_0^p F' (objective), against pass@k; on the edge where no
    mass is wrong, the maximiser of each mix's objective (edge_optimum).
 3. The simulation: a policy over three outcomes (the first digit, the last, any other), one set of
@@ -67,7 +70,7 @@ def parse_args(argv=None):
     a("--mini-batch", type=int, default=4, help="prompts per optimiser step")
     a("--k", type=int, default=32, help="the large k of pass@k")
     a("--measure-every", type=int, default=6, help="metrics every K steps (and the last)")
-    a("--levels", type=int, default=11, help="matched-pass@1 levels (see_it_happen.matched_levels)")
+    a("--levels", type=int, default=10, help="matched-pass@1 levels per seed (see_it_happen)")
     a("--out", type=Path, default=ROOT / "experiments" / "results", help="results folder")
     a("--name", default="two_strategy", help="prefix of the result files")
     a("--quick", action="store_true", help="4 seeds, 2 lrs")
@@ -77,20 +80,25 @@ def parse_args(argv=None):
         args.name += "_quick"
     if args.gammas[0] != 0 or args.seeds < 2 or args.prompts % args.mini_batch:
         p.error("--gammas starts at 0, --seeds >= 2, --prompts divides into --mini-batch")
-    # see_it_happen's analysis reads these
-    args.algo, args.others, args.exact_gammas = "dapo", [], list(args.gammas)
+    args.algo = "dapo"  # the arms' names, as see_it_happen.arm_name writes them
     return args
 
 
 # ---------------------------------------------------------------- 1. the expected update
-def prompt_weight(p, n, gamma):
+def prompt_weight(p, n, gamma, std=True):
     """w_N(p): E[update] = w_N(p) grad p for GRPO with group size n (None: the limit). Exact:
     sum over X ~ Binomial(n, p) of X * A_correct(X) * g(X) / (n p (1 - p)), with A from
-    fgrpo.group_advantages on a group of X ones and n - X zeros."""
+    fgrpo.group_advantages on a group of X ones and n - X zeros. std=False: without the std
+    normalisation (Dr. GRPO; TRL's scale_rewards="none", verl's norm_adv_by_std_in_grpo=False),
+    A = (R - mean R) * g(X), whose limit is (1 - p)^gamma."""
     if n is None:
-        return (1 - p) ** gamma / math.sqrt(p * (1 - p))
+        return (1 - p) ** gamma / (math.sqrt(p * (1 - p)) if std else 1.0)
     groups = torch.tensor([[1.0] * x + [0.0] * (n - x) for x in range(n + 1)], dtype=torch.float64)
-    a_correct = fgrpo.group_advantages(groups, gamma)[:, 0].tolist()  # row x: X = x (row 0: none)
+    if std:
+        a_correct = fgrpo.group_advantages(groups, gamma)[:, 0].tolist()  # row x: X = x
+    else:
+        centred = groups - groups.mean(-1, keepdim=True)
+        a_correct = (fgrpo.focal_weight(groups, gamma)[:, None] * centred)[:, 0].tolist()
     total = 0.0
     for x in range(1, n):
         log_pmf = (math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1)
@@ -119,6 +127,31 @@ def check_expected_update(p_first, p_last, kind, n, gamma, groups=200_000, seed=
     prediction = prompt_weight(p, n, gamma) * grad_p
     se = per_group.std(0) / math.sqrt(groups)
     return per_group.mean(0), prediction, se
+
+
+def clipped_expected_update(pi_old, pi, kind, n, gamma, eps=fgrpo.PAPER_EPS["dapo"]):
+    """Section 2's identity off ratio 1, exact: the gradient in the logits of the expected DAPO
+    surrogate E[(1/N) sum_j min(r_j A_j, clip(r_j, 1 - eps_low, 1 + eps_high) A_j)], groups drawn
+    from pi_old, r = pi / pi_old (an answer is one token). Given X correct, an outcome's expected
+    count is X pi_old(o) / p_old (correct) or (N - X) pi_old(o) / (1 - p_old) (wrong), and the clip
+    drops o's term where its ratio is past the bound on its advantage's side. Returns the gradients
+    (3,) with the clip and without it; without it they equal w_N(p_old) grad p at pi."""
+    z = torch.tensor(pi, dtype=torch.float64).log().requires_grad_(True)
+    old = torch.tensor(pi_old, dtype=torch.float64)
+    correct = torch.tensor(CORRECT[kind], dtype=torch.float64)
+    p_old = float((old * correct).sum())
+    groups = torch.tensor([[1.0] * x + [0.0] * (n - x) for x in range(n + 1)], dtype=torch.float64)
+    a_correct = fgrpo.group_advantages(groups, gamma)[:, 0].double()  # row x: X = x
+    pmf = torch.tensor([math.comb(n, x) * p_old ** x * (1 - p_old) ** (n - x)
+                        for x in range(n + 1)], dtype=torch.float64)
+    push = float((pmf * torch.arange(n + 1) * a_correct).sum()) / n  # E[X A_+] / N
+    # = -E[(N - X) A_-] / N: a group's advantages sum to 0
+    coef = torch.where(correct > 0, push * old / p_old, -push * old / (1 - p_old))
+    ratio = torch.softmax(z, 0) / old
+    inside = torch.where(correct > 0, ratio <= 1 + eps[1], ratio >= 1 - eps[0]).double()
+    (clipped,) = torch.autograd.grad((coef * ratio * inside).sum(), z, retain_graph=True)
+    (unclipped,) = torch.autograd.grad((coef * ratio).sum(), z)
+    return clipped, unclipped
 
 
 def objective(p, gamma, steps=2000):
@@ -210,7 +243,7 @@ def optimiser_step(logits, opt, batch, chunk, old, args):
         mask = torch.ones_like(logp).flatten()[:, None]
         part, _ = fgrpo.policy_loss(logp.flatten()[:, None], old[mode][:, chunk].flatten()[:, None],
                                     adv[:, chunk].flatten(), mask, "dapo",
-                                    num_tokens=o.shape[1] * o.shape[2])
+                                    *fgrpo.PAPER_EPS["dapo"], num_tokens=o.shape[1] * o.shape[2])
         loss = loss + part
     loss.backward()
     for z in logits:  # per-row clip, as torch.nn.utils.clip_grad_norm_(max_norm=1.0) per run
@@ -241,14 +274,20 @@ def simulate(args, optim):
         if step % args.measure_every == 0 or step == args.steps:
             pi = torch.softmax(torch.cat(logits).detach(), -1).tolist()
             for curve, row in zip(curves, pi):
-                curve.append({"step": step, "first": [row[0]], "last": [row[1]]})
+                curve.append({"step": step, **masses(row)})
     return cells, curves
+
+
+def masses(pi):
+    """A policy (first, last, other) as see_it_happen measures one: per prompt (here one, shared)
+    the two strategies' and the wrong digits' masses; all of it is in the answer space."""
+    return {"first": [pi[0]], "last": [pi[1]], "wrong": [pi[2]], "listed": 1.0}
 
 
 def as_seeds(cells, curves, args):
     """The runs in see_it_happen's layout, so that its frontier and paired analysis apply."""
-    base = {"first": [args.init[0]], "last": [args.init[1]]}
-    seeds = [{"seed": s, "base": base, "arms": {m: {} for m in args.mixes}}
+    base = masses([*args.init, 1 - sum(args.init)])
+    seeds = [{"seed": s, "base": {m: base for m in args.mixes}, "arms": {m: {} for m in args.mixes}}
              for s in range(args.seeds)]
     for (mix, n, g, lr, s), curve in zip(cells, curves):
         seeds[s]["arms"][mix][see.arm_name(args.algo, g, lr, n)] = {"curve": curve}
@@ -256,8 +295,9 @@ def as_seeds(cells, curves, args):
 
 
 def summarise_mix(traj, mix, args):
-    """F against gamma 0 over the lr sweep, sampled (N) and exact, and their difference on common
-    levels; F at N against the exact gamma 0; F minus gamma 0 at each lr; final metrics."""
+    """F against gamma 0 over the lr sweep, sampled (N) and exact (each seed on its matched range:
+    see_it_happen.compare), and their difference; F at N against the exact gamma 0; F minus
+    gamma 0 at each lr; final metrics."""
     def sweep(g, n):
         return [see.arm_name(args.algo, g, lr, n) for lr in args.lrs]
 
@@ -267,13 +307,12 @@ def summarise_mix(traj, mix, args):
         key = f"{g:g}"
         out["sampled"][key] = see.compare(traj, mix, sweep(0.0, args.n), sweep(g, args.n), args)
         out["exact"][key] = see.compare(traj, mix, sweep(0.0, "exact"), sweep(g, "exact"), args)
-        groups = [sweep(0.0, args.n), sweep(g, args.n), sweep(0.0, "exact"), sweep(g, "exact")]
-        levels = see.matched_levels(traj, mix, groups, args.levels)
-        if levels:
-            gap_n = see.gap_per_seed(traj, mix, groups[0], groups[1], levels, args.k)
-            gap_x = see.gap_per_seed(traj, mix, groups[2], groups[3], levels, args.k)
-            out["difference"][key] = paired_summary([a - b for a, b in zip(gap_n, gap_x)])
-        out["F_n_vs_exact_base"][key] = see.compare(traj, mix, groups[2], groups[1], args)
+        sampled, exact = out["sampled"][key], out["exact"][key]
+        if not sampled["unmatched"] and not exact["unmatched"]:
+            diffs = [a - b for a, b in zip(sampled["gaps"], exact["gaps"])]
+            out["difference"][key] = paired_summary(diffs)
+        out["F_n_vs_exact_base"][key] = see.compare(traj, mix, sweep(0.0, "exact"),
+                                                    sweep(g, args.n), args)
         for lr in args.lrs:
             for n in (args.n, "exact"):
                 base_arm, arm = (see.arm_name(args.algo, x, lr, n) for x in (0.0, g))
@@ -282,11 +321,35 @@ def summarise_mix(traj, mix, args):
     return out
 
 
+def weight_ratios(gammas, std):
+    """w_N(p) / its N -> infinity limit, with or without the std normalisation."""
+    def ratios(p, g):
+        return {str(n): prompt_weight(p, n, g, std) / prompt_weight(p, None, g, std)
+                for n in (2, 4, 8, 16, 64, 256, 1024)}
+
+    return {f"{g:g}": {f"{p:g}": ratios(p, g) for p in (0.05, 0.3, 0.7, 0.95)} for g in gammas}
+
+
+def clip_example(args):
+    """clipped_expected_update at the --init policy after a step that raised the rare answer's
+    logit until its ratio is 1.61 (past DAPO's 1 + 0.28), at N = --n."""
+    old = [*args.init, 1 - sum(args.init)]
+    raised = math.log(1.61 * (1 - old[1]) / (1 - 1.61 * old[1]))  # pi_last / pi_old_last = 1.61
+    z = torch.tensor(old, dtype=torch.float64).log() + torch.tensor([0.0, raised, 0.0])
+    pi = torch.softmax(z, 0).tolist()
+    rows = []
+    for kind in ("both", "rare"):
+        for g in (0.0, 1.0):
+            clipped, unclipped = clipped_expected_update(old, pi, kind, args.n, g)
+            rows.append({"kind": kind, "gamma": g, "ratios": [a / b for a, b in zip(pi, old)],
+                         "clipped": clipped.tolist(), "unclipped": unclipped.tolist()})
+    return rows
+
+
 def derivation(args):
-    """Part 1 and 2 as numbers: w_N / w_inf, the Monte Carlo check, the edge optima."""
-    weights = {f"{g:g}": {f"{p:g}": {str(n): prompt_weight(p, n, g) / prompt_weight(p, None, g)
-                                     for n in (2, 4, 8, 16, 64, 256, 1024)}
-                          for p in (0.05, 0.3, 0.7, 0.95)} for g in args.gammas}
+    """Part 1 and 2 as numbers: w_N / w_inf (with the std and without), the Monte Carlo check,
+    the identity off ratio 1 with DAPO's clip and without, the edge optima."""
+    weights = weight_ratios(args.gammas, std=True)
     checks = []
     for kind in ("both", "rare"):
         for g in (0.0, 1.0):
@@ -296,38 +359,57 @@ def derivation(args):
     optima = {mix: {**{f"gamma {g:g}": edge_optimum(mix, gamma=g) for g in args.gammas},
                     **{f"pass@{k}": edge_optimum(mix, k=k) for k in (1, 2, args.k)}}
               for mix in args.mixes}
-    return {"weight_ratio": weights, "checks": checks, "edge_optimum": optima}
+    return {"weight_ratio": weights, "weight_ratio_no_std": weight_ratios(args.gammas, std=False),
+            "checks": checks, "clip": clip_example(args), "edge_optimum": optima}
 
 
 # ---------------------------------------------------------------- report
 def markdown(res, args, wall):
-    ci, tests, table = see.ci, see.tests, see.table
-    d = res["derivation"]
     lines = [f"# Two strategies, many prompts: {args.seeds} seeds, {args.steps} steps, "
              f"N = {args.n}",
              "", f"`python experiments/two_strategy.py{' --quick' if args.quick else ''}`: "
-             f"{wall:.0f} s on 2 shared cores. docs/why-focal.md reads these numbers.", "",
-             "## w_N(p) / F'(p): the weight of a prompt solved with probability p at group size N,",
+             f"{wall:.0f} s on 2 shared cores. docs/why-focal.md reads these numbers.", ""]
+    lines += derivation_markdown(res["derivation"], args)
+    for optim, run in res["runs"].items():
+        lines += mix_markdown(optim, run, args)
+    return "\n".join(lines) + "\n"
+
+
+def weight_table(ratios):
+    ns = list(next(iter(next(iter(ratios.values())).values())))
+    rows = [[g, p] + [f"{v[n]:.3f}" for n in ns] for g, ps in ratios.items() for p, v in ps.items()]
+    return see.table(["gamma", "p", *(f"N {n}" for n in ns)], rows)
+
+
+def derivation_markdown(d, args):
+    table = see.table
+    lines = ["## w_N(p) / F'(p): the weight of a prompt solved with probability p at group size N,",
              "relative to the N -> infinity limit (binomial sums of fgrpo.group_advantages)", ""]
-    ns = list(next(iter(next(iter(d["weight_ratio"].values())).values())))
-    rows = [[g, p] + [f"{v[n]:.3f}" for n in ns] for g, ps in d["weight_ratio"].items()
-            for p, v in ps.items()]
-    lines += table(["gamma", "p", *(f"N {n}" for n in ns)], rows)
+    lines += weight_table(d["weight_ratio"])
+    lines += ["", "## Without the std normalisation (Dr. GRPO): w_N(p) / (1 - p)^gamma, the limit",
+              "(prompt_weight(std=False); at gamma 0 it is (N - 1) / N at every p)", ""]
+    lines += weight_table(d["weight_ratio_no_std"])
     lines += ["", f"## E[update] = w_N(p) grad p: Monte Carlo (200,000 groups of N = {args.n}, "
               "fgrpo.group_advantages, autograd) against the prediction, per logit", ""]
     rows = [[c["kind"], f"{c['gamma']:g}"] + [f"{m:+.5f} / {p:+.5f} ({s:.5f})" for m, p, s in
                                                zip(c["monte_carlo"], c["prediction"], c["se"])]
             for c in d["checks"]]
     lines += table(["kind", "gamma", *(f"{o}: MC / predicted (se)" for o in OUTCOMES)], rows)
+    ratios = ", ".join(f"{o} {r:.3f}" for o, r in zip(OUTCOMES, d["clip"][0]["ratios"]))
+    lines += ["", "## Off ratio 1: E[update] of DAPO's surrogate (clipped_expected_update), groups "
+              f"of N = {args.n} drawn from the initial policy, after a step to ratios {ratios}",
+              "(without the clip it equals w_N(p_old) grad p; the clip drops the rare answer's "
+              "push)", ""]
+    rows = [[c["kind"], f"{c['gamma']:g}"] + [f"{u:+.5f} / {x:+.5f}" for u, x in
+                                               zip(c["unclipped"], c["clipped"])]
+            for c in d["clip"]]
+    lines += table(["kind", "gamma", *(f"{o}: unclipped / clipped" for o in OUTCOMES)], rows)
     lines += ["", "## The rare strategy's mass b that maximises each objective, no mass wrong",
               "(none: the objective is flat in b)", ""]
     keys = list(next(iter(d["edge_optimum"].values())))
     rows = [[mix] + ["none" if v[x] is None else f"{v[x]:.3f}" for x in keys]
             for mix, v in d["edge_optimum"].items()]
-    lines += table(["mix", *keys], rows)
-    for optim, run in res["runs"].items():
-        lines += mix_markdown(optim, run, args)
-    return "\n".join(lines) + "\n"
+    return lines + table(["mix", *keys], rows)
 
 
 def mix_markdown(optim, run, args):
@@ -372,6 +454,9 @@ def plot(trajs, args, path):
         if g <= 1:
             w8 = [prompt_weight(p, args.n, g) / prompt_weight(0.5, None, g) for p in ps[::8]]
             axes[0][1].plot(ps[::8], w8, ":", color=f"C{i}", label=f"w_{args.n}, gamma {g:g}")
+    no_std = [prompt_weight(p, args.n, 1.0, std=False) / 0.5 for p in ps[::8]]  # limit: 1 - p
+    axes[0][1].plot(ps[::8], no_std, "x", ms=3, color="C2",
+                    label=f"w_{args.n} without std (Dr. GRPO), gamma 1")
     for j, k in enumerate((1, 2, args.k)):
         axes[0][0].plot(ps, [1 - (1 - p) ** k for p in ps], "--", color=f"C{4 + j}",
                         label=f"pass@{k}")
