@@ -1693,11 +1693,15 @@ def _doc_command_errors(paths):
     targets = set(re.findall(r"^([A-Za-z_][\w.-]*)\s*:(?!=)", makefile, re.M))
     found, problems = [], []
     for path in paths:
-        fenced = False
+        fenced, pending = False, ""
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if line.lstrip().startswith("```"):
                 fenced = not fenced
                 continue
+            if fenced and line.endswith("\\"):  # a command continued on the next line
+                pending += line[:-1]
+                continue
+            line, pending = pending + line, ""
             try:
                 words = shlex.split(line, comments=True) if fenced else []
             except ValueError:  # an unbalanced quote: output, not a command
@@ -1739,11 +1743,13 @@ def test_readme_commands_use_real_flags(tmp_path):
                    "python fgrpo.py --model tiny --no-such-flag 1  # a comment --not-a-flag\n"
                    "make demo && X=1 make no-such-target\n"
                    "torchrun --nproc_per_node 2 fgrpo.py --algo dapo --gama=1\n"
-                   "python eval.py --compare a b --n 4 --nope\n```\n--outside-a-fence\n")
+                   "python eval.py --compare a b --n 4 --nope\n"
+                   "python fgrpo.py --algo dapo \\\n    --gamma 1 --continued 2\n```\n--outside\n")
     assert _doc_command_errors([bad])[1] == [
         "bad.md:2: fgrpo.py has no flag --no-such-flag",
         "bad.md:3: make no-such-target: no such target in the Makefile",
-        "bad.md:4: fgrpo.py has no flag --gama", "bad.md:5: eval.py has no flag --nope"]
+        "bad.md:4: fgrpo.py has no flag --gama", "bad.md:5: eval.py has no flag --nope",
+        "bad.md:7: fgrpo.py has no flag --continued"]
 
 
 CITED = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)"  # a markdown link to a file here, or a file
