@@ -210,7 +210,8 @@ def load_sampler(args):  # --rollout's; by default vLLM's where it imports, else
     if not args.model:
         sys.exit(f"error: {args.out} has problems without samples: pass --model")
     try:
-        import vllm  # noqa: F401  (tests hide it with sys.modules["vllm"] = None)
+        if args.rollout != "hf":  # with hf, vLLM is not even imported: that takes seconds
+            import vllm  # noqa: F401  (tests hide it with sys.modules["vllm"] = None)
     except ImportError:
         if args.rollout == "vllm":
             sys.exit("error: --rollout vllm: vLLM does not import (make install)")
@@ -390,8 +391,7 @@ def main(argv=None):
     sampler = None
     done = {}
     for name, (_, problems) in benches.items():
-        done[name], sampler = run_benchmark(Path(args.out) / f"{name}.jsonl", problems, sampler,
-                                            args)
+        done[name], sampler = run_benchmark(Path(args.out, f"{name}.jsonl"), problems, sampler, args)
     if fgrpo.RANK == 0:  # rank 0 alone prints and writes
         return report(args, benches, done)
     return None
