@@ -117,9 +117,8 @@ def load_benchmarks(args):
         return {Path(args.data).stem: ("math", problems)}
     benches = {}
     for name in args.benchmarks.split(","):
-        rows = hub_rows(name)
-        benches[name] = (BENCHMARKS[name].domain, [as_problem(i, r, BENCHMARKS[name])
-                                                   for i, r in enumerate(rows)])
+        problems = [as_problem(i, r, BENCHMARKS[name]) for i, r in enumerate(hub_rows(name))]
+        benches[name] = (BENCHMARKS[name].domain, problems)
     return benches
 
 def hub_rows(name):  # the rows of a benchmark's Hub file, as dicts
@@ -391,7 +390,8 @@ def main(argv=None):
     sampler = None
     done = {}
     for name, (_, problems) in benches.items():
-        done[name], sampler = run_benchmark(Path(args.out, f"{name}.jsonl"), problems, sampler, args)
+        done[name], sampler = run_benchmark(Path(args.out) / f"{name}.jsonl", problems, sampler,
+                                            args)
     if fgrpo.RANK == 0:  # rank 0 alone prints and writes
         return report(args, benches, done)
     return None
