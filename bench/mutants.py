@@ -110,11 +110,11 @@ MUTANTS = [
         "every dynamic-sampling round resamples the same completions"),
     # ---- the weight sync into vLLM (sync_weights)
     bug("sync_weights_decoder_layers_only", "fgrpo.py",
-        "for name, p in model.state_dict().items())",
+        "for name, p in model.state_dict().items())  # gathered one by one, as vLLM pulls",
         'for name, p in model.state_dict().items() if ".layers." in name)',
         "vLLM keeps its starting embeddings, lm_head and final norm"),
     bug("sync_weights_skips_lm_head", "fgrpo.py",
-        "for name, p in model.state_dict().items())",
+        "for name, p in model.state_dict().items())  # gathered one by one, as vLLM pulls",
         'for name, p in model.state_dict().items() if name != "lm_head.weight")',
         "an untied lm_head (Qwen2.5-7B's) stays stale in vLLM"),
     # ---- the loop and checkpoints
