@@ -562,6 +562,19 @@ fgrpo.main()
 """
 
 
+# the demo's base model and problems, built once for all the loop's runs by fgrpo's own function
+# in a process of its own: this rank runs the loop alone, and prepare_tiny_demo's barrier is for
+# the ranks of one run (vLLM's shutdown has ended this process's group by then anyway)
+DEMO_CHILD = r"""
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+sys.path.insert(0, sys.argv[1])
+import fgrpo
+fgrpo.prepare_tiny_demo(SimpleNamespace(seed=0), Path(sys.argv[2]))
+"""
+
+
 def loop_env(device):
     """The environment of the loop's fgrpo runs: a process of one on this rank's GPU, cuBLAS in its
     deterministic workspace configuration (what torch's deterministic mode asks for on CUDA), and
@@ -665,7 +678,6 @@ def part_loop(device, work, steps, plan, state):
             out["error"] = ("the GPU is in EXCLUSIVE_PROCESS compute mode: the loop's processes "
                             "cannot share it with this one (nvidia-smi -c DEFAULT)")
             return out, False
-    fgrpo.prepare_tiny_demo(SimpleNamespace(seed=0), work / "tiny")  # once, for all the runs
     try:
         run_loop(work, loop_env(device), steps, plan, out)
     finally:
@@ -674,11 +686,13 @@ def part_loop(device, work, steps, plan, state):
 
 
 def run_loop(work, env, steps, plan, out):
-    """The runs, side by side where they can be: the uninterrupted one; the one stopped by SIGTERM
-    after half the steps, then resumed; eval.py on the base model meanwhile, and on the last
-    checkpoint. Where the resumed run differs from the uninterrupted one, one more (first) runs
+    """The demo's base model built, then the runs, side by side where they can be: the
+    uninterrupted one; the one stopped by SIGTERM after half the steps, then resumed; eval.py on
+    the base model meanwhile, and on the last checkpoint. Where the resumed run differs from the uninterrupted one, one more (first) runs
     the steps before the stop again: judge_equality's reference for the weights."""
     t0 = time.perf_counter()
+    finish(start([sys.executable, "-c", DEMO_CHILD, str(ROOT), str(work / "tiny")], work, "tiny",
+                 env, "w"), work, "tiny", plan)
     straight = start_run(work, "straight", env, steps)
     base = start_eval(work, work / "tiny" / "model", "eval_base", env)
     resumed = sigterm_after(start_run(work, "resumed", env, steps), work, "resumed", steps // 2,
