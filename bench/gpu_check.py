@@ -691,6 +691,9 @@ def run_loop(work, env, steps, plan, out):
     the base model meanwhile, and on the last checkpoint. Where the resumed run differs from the uninterrupted one, one more (first) runs
     the steps before the stop again: judge_equality's reference for the weights."""
     t0 = time.perf_counter()
+    for name in ("straight", "resumed", "first", "eval_base", "eval_after"):  # an earlier check's
+        shutil.rmtree(work / name, ignore_errors=True)
+        (work / f"{name}.log").unlink(missing_ok=True)
     finish(start([sys.executable, "-c", DEMO_CHILD, str(ROOT), str(work / "tiny")], work, "tiny",
                  env, "w"), work, "tiny", plan)
     straight = start_run(work, "straight", env, steps)
