@@ -640,7 +640,7 @@ def metrics(out):
 
 
 def sigterm_after(proc, work, name, step, steps):
-    """SIGTERM once the run has logged `step` steps; returns the step its checkpoint holds."""
+    """SIGTERM to the run once it has logged `step` steps; returns it, stopping."""
     path = work / name / "metrics.jsonl"
     while not path.exists() or path.read_text().count("\n") < step:
         if proc.poll() is not None:
@@ -688,8 +688,9 @@ def part_loop(device, work, steps, plan, state):
 def run_loop(work, env, steps, plan, out):
     """The demo's base model built, then the runs, side by side where they can be: the
     uninterrupted one; the one stopped by SIGTERM after half the steps, then resumed; eval.py on
-    the base model meanwhile, and on the last checkpoint. Where the resumed run differs from the uninterrupted one, one more (first) runs
-    the steps before the stop again: judge_equality's reference for the weights."""
+    the base model meanwhile, and on the last checkpoint. Where the resumed run differs from the
+    uninterrupted one, one more (first) runs the steps before the stop again: judge_equality's
+    reference for the weights."""
     t0 = time.perf_counter()
     for name in ("straight", "resumed", "first", "eval_base", "eval_after"):  # an earlier check's
         shutil.rmtree(work / name, ignore_errors=True)
