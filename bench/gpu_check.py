@@ -27,7 +27,7 @@ GRACE_S later, after writing what was found. The parts, in order:
    then the engine's log-probs of transformers' greedy tokens must match the trainer's (see
    SYNC_TOLERANCE); then generated tokens/s through fgrpo.rollout (vLLM, else generate()).
    vLLM's engine is shut down at the end and the GPU memory it held checked free;
-4. memory: fgrpo.check_gpu_memory on this GPU (CUDA only): Qwen2.5-7B's shape (a config, no
+4. memory: fgrpo.check_gpus on this GPU (CUDA only): Qwen2.5-7B's shape (a config, no
    weights) is refused exactly where 16 B/parameter over the GPUs plus --vllm-mem 0.5 overflow;
 5. loop: fgrpo.train itself (fgrpo.main, `--model tiny --rollout hf --steps 20`) under FSDP2 in
    torch's deterministic mode, in processes of its own (this one lets go of its model first): an
@@ -525,7 +525,7 @@ def check_sync(model, tok, engine, texts, device):
 
 # ------------------------------------------------------------------------ memory, loop
 def part_memory(device, tmp):
-    """fgrpo.check_gpu_memory on this GPU for Qwen2.5-7B's and Qwen2.5-0.5B's shapes (configs only):
+    """fgrpo.check_gpus on this GPU for Qwen2.5-7B's and Qwen2.5-0.5B's shapes (configs only):
     refused exactly where the model card's parameter count says it cannot fit, at --vllm-mem 0.5."""
     if device.type != "cuda":
         return {"skipped": "CUDA only (test_fgrpo.py checks the arithmetic on a CPU)"}, True
@@ -536,7 +536,7 @@ def part_memory(device, tmp):
     for name in ("qwen7b", "qwen05b"):
         args = fgrpo.parse_args(["--model", str(tmp / name), "--rollout", "vllm"])
         try:
-            fgrpo.check_gpu_memory(args)
+            fgrpo.check_gpus(args)
             out[name] = "fits"
         except SystemExit as e:
             out[name] = str(e.code)

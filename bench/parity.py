@@ -1,10 +1,10 @@
 """make parity: what fgrpo's advantages and losses equal in verl 0.9.1 and TRL 1.16.0, measured.
 
-    make parity                         # installs the peers into /tmp/fgrpo-parity-deps, then runs this (~1 min)
-    python bench/parity.py --deps DIR   # the peers already in DIR (pip install --no-deps --target DIR ...)
+    make parity                         # installs verl into /tmp/fgrpo-parity-deps, then runs this (~1 min)
+    python bench/parity.py --deps DIR   # verl already in DIR (pip install --no-deps --target DIR ...)
 
-The peers' own code is imported unmodified from the scratch folder DIR: verl's
-verl/trainer/ppo/core_algos.py and TRL's GRPOTrainer._compute_loss (called with a stub `self`). Both sides
+The peers' own code is imported unmodified: verl's verl/trainer/ppo/core_algos.py from the scratch folder
+DIR, and TRL's GRPOTrainer._compute_loss (called with a stub `self`) from this environment. Both sides
 get the same random tensors: P groups of N rollouts with 0/1 rewards, a ragged right-padded response mask,
 and old log-probs a few tenths off the current ones (3% of tokens far off), so every clip region is
 visited. A loss row compares the loss value and its gradient w.r.t. the log-probs. F-GRPO changes only the
@@ -37,8 +37,8 @@ def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     a = p.add_argument
-    a("--deps", default="/tmp/fgrpo-parity-deps", help="scratch folder holding verl and TRL, installed with "
-      "pip install --no-deps --target (make parity does it); on sys.path only while they are imported")
+    a("--deps", default="/tmp/fgrpo-parity-deps", help="scratch folder holding verl, installed with "
+      "pip install --no-deps --target (make parity-deps does it); on sys.path only while it is imported")
     a("--out", default=str(Path(__file__).with_name("parity_results.json")), help="JSON file: table and numbers")
     a("--seed", type=int, default=0, help="seed of the random rewards, log-probs and mask")
     a("--groups", type=int, default=32, help="prompts in the batch")
@@ -51,13 +51,16 @@ def build_parser():
 
 
 # ----------------------------------------------------------------------------
-# The peers, imported unmodified from --deps.
+# The peers, imported unmodified: verl from --deps, TRL from this environment.
 # ----------------------------------------------------------------------------
-def import_peers(deps):
-    """verl's core_algos and ActorConfig, TRL's GRPOTrainer and nanstd, all from the folder `deps`."""
-    if not (Path(deps) / "verl").is_dir() or not (Path(deps) / "trl").is_dir():
-        raise ImportError(f"no verl/ or trl/ in {deps}")
+def import_verl(deps):
+    """(verl's core_algos, its ActorConfig, verl's version) from the folder `deps`, where pip install --no-deps
+    --target put it; sys.path and antlr4 are as they were afterwards. The tests import verl this way too."""
+    if not (Path(deps) / "verl").is_dir():
+        raise ImportError(f"no verl/ in {deps}")
     saved_path = list(sys.path)
+    # an antlr4 4.13 already imported (math-verify's, in a test run) steps aside meanwhile
+    saved_antlr = {m: sys.modules.pop(m) for m in list(sys.modules) if m == "antlr4" or m.startswith("antlr4.")}
     try:
         # omegaconf 2.3 (verl's configs) needs antlr4 4.9.3, held in `deps`; math-verify here needs 4.13. Load
         # 4.9.3 alone with `deps` in front, then put `deps` BEHIND the environment, so that torch, transformers,
@@ -74,17 +77,24 @@ def import_peers(deps):
         sys.modules["verl"].__path__ = [str(Path(deps) / "verl")]
         core_algos = importlib.import_module("verl.trainer.ppo.core_algos")
         actor_config = importlib.import_module("verl.workers.config").ActorConfig
-        with warnings.catch_warnings():  # TRL looks at the environment's vLLM, which these losses never use
-            warnings.filterwarnings("ignore", "TRL currently supports vLLM versions")
-            grpo_trainer = importlib.import_module("trl.trainer.grpo_trainer")
-        nanstd = importlib.import_module("trl.trainer.utils").nanstd
     finally:
         sys.path[:] = saved_path
         for name in [m for m in sys.modules if m == "antlr4" or m.startswith("antlr4.")]:
             del sys.modules[name]  # omegaconf keeps its references; a later `import antlr4` gets 4.13
+        sys.modules.update(saved_antlr)
     versions = {d.metadata["Name"]: d.version for d in metadata.distributions(path=[deps])}
+    return core_algos, actor_config, versions["verl"]
+
+
+def import_peers(deps):
+    """verl's core_algos and ActorConfig from the folder `deps`; TRL's GRPOTrainer and nanstd."""
+    core_algos, actor_config, verl_version = import_verl(deps)
+    with warnings.catch_warnings():  # TRL looks at the environment's vLLM, which these losses never use
+        warnings.filterwarnings("ignore", "TRL currently supports vLLM versions")
+        grpo_trainer = importlib.import_module("trl.trainer.grpo_trainer")
+    nanstd = importlib.import_module("trl.trainer.utils").nanstd
     return SimpleNamespace(core_algos=core_algos, ActorConfig=actor_config, GRPOTrainer=grpo_trainer.GRPOTrainer,
-                           nanstd=nanstd, versions={k: versions[k] for k in ("verl", "trl")})
+                           nanstd=nanstd, versions={"verl": verl_version, "trl": metadata.version("trl")})
 
 
 def verl_loss(peers, name, **clip):
@@ -250,8 +260,8 @@ def main():
     try:
         peers = import_peers(args.deps)
     except Exception as e:  # a missing folder, a missing or mismatched package
-        sys.exit(f"parity: cannot import verl and TRL from --deps {args.deps} ({type(e).__name__}: {e}); "
-                 f"install them with: make parity PARITY_DEPS={args.deps}")
+        sys.exit(f"parity: cannot import verl from --deps {args.deps} or TRL ({type(e).__name__}: {e}); "
+                 f"install them with: make install && make parity-deps PARITY_DEPS={args.deps}")
     rewards, logp, old_logp, mask = make_batch(args)
     rows = advantage_rows(peers, rewards, mask, args.rtol) + loss_rows(peers, rewards, logp, old_logp, mask, args.rtol)
     table = markdown(rows)

@@ -1,6 +1,6 @@
 """make bench: fgrpo against the plain alternative, one table of ratios (ours / alternative).
 
-    make bench                      # installs trl==1.16.0, then: python bench/run.py
+    make bench                      # python bench/run.py (trl==1.16.0: make install)
     python bench/run.py             # the full run: about 30 minutes on 2 idle cores
     python bench/run.py --quick     # every part at toy sizes (BENCH_QUICK=1 make bench): a smoke test
     python bench/run.py --parts verify train

@@ -87,7 +87,7 @@ def run_trl(model_dir, steps, args):
         from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
         from trl import GRPOTrainer
     except ImportError as e:
-        raise SystemExit(f"{e}: pip install trl==1.16.0 (make bench does)")
+        raise SystemExit(f"{e}: pip install trl==1.16.0 (make install does)")
     _, _, problems, _ = fgrpo.build_tiny(args.seed, warm_steps=0)  # the same problems, untrained
     data = Dataset.from_list([{"prompt": p["problem"], "answer": p["answer"]} for p in problems])
     per_step, ends = args.prompts // args.mini_batch, []

@@ -291,6 +291,8 @@ def print_plan(stages, args):
               f"and ~{disk:,.0f} GB of disk (~{peak:,.0f} GB more while a checkpoint is saved), "
               "scaled from docs/memory-plan.md (8 x H100, Qwen2.5-7B, 1,000-3,000 tokens a "
               "completion)")
+        print(f"wall-clock: ~{low / 8 / 24:,.0f}-{high / 8 / 24:,.0f} days on one 8-GPU node, "
+              "about that over N on N nodes if a step scales with the GPUs (stages run one by one)")
     else:
         print(f"estimate: pass --params-b for {args.model}, whose size this script does not know")
 
