@@ -904,10 +904,13 @@ def set_up(a):
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("error: no GPU visible; `python bench/gpu_check.py --device cpu --small` runs the "
                  "same code on a CPU")
-    if "loop" in a.parts and importlib.util.find_spec("math_verify") is None:
-        sys.exit("error: the loop part's reward needs math-verify, which does not import: run "
-                 "`make gpu-wheels` where PyPI is reachable and take bench/wheels along "
-                 "(docs/bench.md), or leave out the loop (--parts)")
+    if "loop" in a.parts:
+        try:  # imported, not only found: a missing dependency (sympy) shows here, not minutes on
+            importlib.import_module("math_verify")
+        except ImportError as e:
+            sys.exit(f"error: the loop part's reward needs math-verify, which does not import "
+                     f"({e}): run `make gpu-wheels` where PyPI is reachable and take bench/wheels "
+                     "along (docs/bench.md), or leave out the loop (--parts)")
     if a.device == "cuda" and fgrpo.needs_relaunch():  # more GPUs: this script, a rank per GPU
         fgrpo.relaunch_under_torchrun()
         return None
