@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -2413,6 +2414,7 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     straight, resumed = _metrics(work / "straight"), _metrics(work / "resumed")
     assert [m["step"] for m in resumed] == list(range(1, 7)) and resumed == straight
     assert r["loop"]["resume_verdict"] == "exact" and not (work / "first").exists()
+    assert r["loop"]["nondeterministic_ops"] == []
     log = (work / "resumed.log").read_text()
     stopped = int(re.search(r"stopped by SIGTERM after step (\d+);", log).group(1))
     assert 3 <= stopped < 6 and r["loop"]["stopped_after"] == stopped
@@ -3044,6 +3046,18 @@ def test_gpu_check_tells_a_resume_bug_from_gpu_noise_by_hand(tmp_path):
     assert out["metric_diff_before_stop"]["step"] == 2
     assert out["weight_diff_at_stop"]["name"] == "a"
     assert out["weight_diff_at_stop"]["abs"] == pytest.approx(2e-7)
+    # an op without a deterministic kernel, as torch warns of it in a loop run's log (warn_only)
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        try:
+            torch.zeros(3).put_(torch.tensor([0, 0]), torch.tensor([1.0, 2.0]))
+        finally:
+            torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    logged = "\n".join(str(w.message) for w in caught)
+    assert re.findall(gpu_check.NONDETERMINISTIC, logged) == ["put_"]
 
 
 def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_path,

@@ -108,6 +108,7 @@ PLAN_S = {"setup": 60, "logprobs": 45, "train": 60, "rollout": 90, "memory": 15,
 VLLM_START_S = 180
 GRACE_S = 20  # how long past its mark a part that no signal stops may run before all is ended
 ENGINE_LEFT_GIB = 2.0  # what vLLM may keep after its shutdown (at --vllm-mem 0.3 it held 42 GiB)
+NONDETERMINISTIC = r"(\S+) does not have a deterministic implementation"  # torch's warning
 CHILDREN = []  # the loop's processes, each leading a process group: killed with their workers
 
 
@@ -553,7 +554,9 @@ import sys
 import torch
 sys.path.insert(0, sys.argv.pop(1))
 import fgrpo
-torch.use_deterministic_algorithms(True)  # deterministic kernels (CUDA: SDPA's backward too)
+# deterministic kernels (CUDA: SDPA's backward too); an op that has none warns, naming itself in
+# the run's log, rather than ending the run: judge_equality then says what its noise did
+torch.use_deterministic_algorithms(True, warn_only=True)
 torch.backends.cudnn.deterministic = True
 if not torch.cuda.is_available():  # a gloo group of one: FSDP2 on a CPU, as on one GPU
     torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
@@ -800,6 +803,9 @@ def judge_loop(work, out):
     after_stop = log.split("stopped by SIGTERM")[-1]
     out["steps_after_resume"] = [int(k) for k in re.findall(r"^step (\d+)/", after_stop, re.M)]
     out["resumed_steps"] = [m["step"] for m in b]
+    # the ops that torch's deterministic mode found without a deterministic kernel (none on a CPU)
+    warned = log + (work / "straight.log").read_text()
+    out["nondeterministic_ops"] = sorted(set(re.findall(NONDETERMINISTIC, warned)))
     exact = judge_equality(work, a, b, out)
     out.update({"reward_first3": sum(rewards[:3]) / 3, "reward_last5": sum(rewards[-5:]) / 5,
                 "rewards": rewards})
