@@ -3077,3 +3077,21 @@ def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_
     with pytest.raises(SystemExit) as stop:
         _gpu_check().main(["--device", "cpu", "--small", "--out", str(tmp_path / "r.json")])
     assert "`make gpu-wheels`" in str(stop.value.code) and not (tmp_path / "r.json").exists()
+
+
+def test_gpu_check_waits_for_a_run_until_its_spare_before_the_mark(tmp_path):
+    # the `first` rerun is waited for until 10 s before the loop's mark, so that the differences
+    # already found are judged before the mark's signal: here 10.5 s before it, half a second
+    from types import SimpleNamespace
+    gpu_check = _gpu_check()
+    waited = []
+
+    class Running:  # a run that is still running when the wait ends
+        def wait(self, timeout):
+            waited.append(timeout)
+            raise subprocess.TimeoutExpired("fgrpo", timeout)
+
+    plan = SimpleNamespace(left=lambda: 10.5, marks={"loop": 99.0})
+    with pytest.raises(gpu_check.OutOfTime, match="first still ran 10 s before the loop's mark"):
+        gpu_check.finish(Running(), tmp_path, "first", plan, spare=10)
+    assert waited == [0.5]

@@ -623,14 +623,15 @@ def start(cmd, work, name, env, mode):
     return proc
 
 
-def finish(proc, work, name, plan, code=0):
-    """Wait for a run, until the loop's mark at most; its log's tail in the error if it did not
-    exit with `code`."""
+def finish(proc, work, name, plan, code=0, spare=0.0):
+    """Wait for a run, until `spare` seconds before the loop's mark at most; its log's tail in the
+    error if it did not exit with `code`."""
     try:
-        rc = proc.wait(max(plan.left(), 1e-3))
+        rc = proc.wait(max(plan.left() - spare, 1e-3))
     except subprocess.TimeoutExpired:
-        raise OutOfTime(f"{name} still ran at the loop's mark ({plan.marks['loop']:.4g} s from "
-                        f"the start; its log: {work / name}.log)") from None
+        raise OutOfTime(f"{name} still ran {spare:g} s before the loop's mark "
+                        f"({plan.marks['loop']:.4g} s from the start; its log: {work / name}.log)"
+                        ) from None
     if rc != code:
         tail = (work / f"{name}.log").read_text()[-1500:]
         raise RuntimeError(f"{name} exited with {rc}, not {code}: ...{tail}")
@@ -722,8 +723,12 @@ def run_loop(work, env, steps, plan, out):
     final = f"step_{steps:06d}/model.safetensors"
     equal = metrics(work / "straight") == metrics(work / "resumed") \
         and weight_difference(work / "straight" / final, work / "resumed" / final)["abs"] == 0
-    if not equal:
-        finish(start_run(work, "first", env, stopped), work, "first", plan)
+    if not equal:  # stopped 10 s before the mark, so that what differs is still judged
+        try:
+            finish(start_run(work, "first", env, stopped), work, "first", plan, spare=10)
+        except OutOfTime as e:
+            kill_children()
+            out["first_run"] = str(e)
     out["seconds"] = time.perf_counter() - t0
 
 
