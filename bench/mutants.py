@@ -108,6 +108,15 @@ MUTANTS = [
         'step_seed(args.seed, f"{step}.{tries}")',
         'step_seed(args.seed, f"{step}")',
         "every dynamic-sampling round resamples the same completions"),
+    # ---- the weight sync into vLLM (sync_weights)
+    bug("sync_weights_decoder_layers_only", "fgrpo.py",
+        "for name, p in model.state_dict().items())  # gathered one by one, as vLLM pulls",
+        'for name, p in model.state_dict().items() if ".layers." in name)',
+        "vLLM keeps its starting embeddings, lm_head and final norm"),
+    bug("sync_weights_skips_lm_head", "fgrpo.py",
+        "for name, p in model.state_dict().items())  # gathered one by one, as vLLM pulls",
+        'for name, p in model.state_dict().items() if name != "lm_head.weight")',
+        "an untied lm_head (Qwen2.5-7B's) stays stale in vLLM"),
     # ---- the loop and checkpoints
     bug("loop_data_stream_stuck", "fgrpo.py",
         "self.position += count",
@@ -195,6 +204,10 @@ MUTANTS = [
         'r["scores"] = fgrpo.verify(r["completions"], [r["answer"]] * args.n)',
         'r["scores"] = r["scores"]',
         "--rescore verifies nothing"),
+    bug("eval_imports_vllm_for_hf", "eval.py",
+        'if args.rollout != "hf":  # with hf',
+        'if args.rollout != "vllm-never":  # with hf',
+        "--rollout hf pays for vLLM's import (and its CUDA set-up) for nothing"),
     bug("eval_compare_draws_from_n_plus_c", "eval.py",
         "rng.hypergeometric(a[1], a[0] - a[1], m, size=size)\n"
         "        cb = rng.hypergeometric(b[1], b[0] - b[1], m, size=size)",
