@@ -415,7 +415,7 @@ def load_policy(args, path):
         tok = AutoTokenizer.from_pretrained(path)
     except OSError as e:  # not a folder here, and the Hub unreachable or without it
         sys.exit(f"error: cannot load the model {path} ({type(e).__name__}); pass --model FOLDER "
-                 "holding a downloaded copy (huggingface-cli download), or --model tiny")
+                 "holding a downloaded copy (hf download), or --model tiny")
     tok.pad_token = tok.pad_token or tok.eos_token  # Llama has none: padding is masked anyway
     if RANK == 0:  # fp32: FSDP2 keeps fp32 masters and computes in bf16
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
