@@ -4,12 +4,13 @@
     python bench/mutation.py --only gamma    # those whose name contains "gamma"
     python bench/mutation.py --list          # the planted bugs, without running anything
 
-A planted bug is one exact edit of fgrpo.py, eval.py or integrations/ (bench/mutants.py says which
-and why it is plausible). For each, the tracked files are copied to a scratch folder, the edit is made there,
-and `FGRPO_FAST=1 pytest -x test_fgrpo.py` runs in it: the fast part of the suite, which skips
-the tests that start subprocesses, vLLM engines or torchrun. The bug is caught if a test fails,
-survives if every test passes. The unchanged copy runs first and must pass. Exit status 1 if a
-bug survived or an edit's text is no longer in its file (bench/mutants.py then needs updating).
+A planted bug is one exact edit of fgrpo.py, eval.py or integrations/ (bench/mutants.py says
+which and why it is plausible). For each, the tracked files are copied to a scratch folder, the
+edit is made there, and `FGRPO_FAST=1 pytest -x test_fgrpo.py` runs in it: the fast part of the
+suite, which skips the tests that start subprocesses, vLLM engines or torchrun. The bug is caught
+if a test fails, survives if every test passes; a run past --timeout is neither, and counts as
+not caught. The unchanged copy runs first and must pass. Exit status 1 if a bug was not caught
+or an edit's text is no longer in its file (bench/mutants.py then needs updating).
 
 Why not mutmut: it mutates every operator and constant (hundreds of mutants of fgrpo.py, hours
 of the suite on 2 cores) and cannot plant the named wiring bugs this list keeps.
@@ -60,7 +61,8 @@ def plant(folder, mutant):
 
 
 def run_suite(folder, timeout, threads):
-    """(passed, seconds, the first failing test's name or the tail of the output)."""
+    """(passed, seconds, the first failing test's name or the tail of the output); passed is
+    None if the suite ran past the timeout: a hang is not a failing test."""
     env = {**os.environ, "FGRPO_FAST": "1", "OMP_NUM_THREADS": str(threads),
            "PYTHONDONTWRITEBYTECODE": "1"}
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "test_fgrpo.py"]
@@ -69,7 +71,7 @@ def run_suite(folder, timeout, threads):
         out = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True,
                              timeout=timeout)
     except subprocess.TimeoutExpired:
-        return False, time.time() - start, f"timed out after {timeout} s"
+        return None, time.time() - start, f"timed out after {timeout} s"
     failed = [line.split(" ")[1] for line in out.stdout.splitlines() if line.startswith("FAILED ")]
     detail = failed[0].split("::")[-1] if failed else out.stdout.strip().splitlines()[-1:]
     return out.returncode == 0, time.time() - start, str(detail)
@@ -84,7 +86,9 @@ def check(mutant, timeout, threads):
         passed, seconds, detail = run_suite(folder, timeout, threads)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    if mutant is None:
+    if passed is None:  # neither caught nor survived: counted as not caught
+        status = "TIMEOUT"
+    elif mutant is None:
         status = "passes" if passed else "FAILS"
     else:
         status = "SURVIVED" if passed else "caught"
@@ -119,7 +123,7 @@ def main():
         for m, job in jobs:
             r = {"name": m["name"], "file": m["file"], "why": m["why"], **job.result()}
             results.append(r)
-            print(f"{r['status']:8} {r['seconds']:6.1f} s  {r['name']:32} {r['detail']}", flush=True)
+            print(f"{r['status']:8} {r['seconds']:6.1f} s {r['name']:32} {r['detail']}", flush=True)
     Path(args.out).write_text(json.dumps({"baseline": baseline, "mutants": results}, indent=1))
     bad = [r["name"] for r in results if r["status"] != "caught"]
     print(f"{len(results) - len(bad)} of {len(results)} caught" +
