@@ -27,8 +27,9 @@ is worth more. docs/why-focal.md derives both objectives; experiments/two_strate
 Warm starts (WARM_STARTS, --starts): a supervised start towards a target answer distribution.
 "strategy" (the main result) targets 3.4 times the mass of one wrong digit for copying the last
 digit, and trains on until it holds 2.5 (WARM_MIN_RATIO; 3.2 over 10 seeds): a strategy.
-"floor" (the earlier default, kept as the contrast) gives it about 1.2 times: the rare answer is then mostly the uniform floor, which pass@1 fixes (the 8 wrong digits
-share 1 - pass@1 / 0.8 in the tie mix). Both have the same base pass@1. That ratio, the rare
+"floor" (the earlier default, kept as the contrast) gives it about 1.2 times: the rare answer is
+then mostly the uniform floor, which pass@1 fixes (the 8 wrong digits share 1 - pass@1 / 0.8 in
+the tie mix). Both have the same base pass@1. That ratio, the rare
 strategy's mass over one wrong digit's (each averaged over the held-out prompts: "rare ratio"), is
 reported at the base and at every measurement of every run: it tells whether an arm keeps a
 strategy or only the floor.
