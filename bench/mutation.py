@@ -1,16 +1,16 @@
 """make mutation: plant each bug of bench/mutants.py in a scratch copy and see the tests catch it.
 
-    python bench/mutation.py                 # every planted bug, against the fast part of make test
+    python bench/mutation.py                 # every planted bug, against make test's suite
     python bench/mutation.py --only gamma    # those whose name contains "gamma"
     python bench/mutation.py --list          # the planted bugs, without running anything
 
 A planted bug is one exact edit of fgrpo.py, eval.py or integrations/ (bench/mutants.py says
 which and why it is plausible). For each, the tracked files are copied to a scratch folder, the
-edit is made there, and `FGRPO_FAST=1 pytest -x test_fgrpo.py` runs in it: the fast part of the
-suite, which skips the tests that start subprocesses, vLLM engines or torchrun. The bug is caught
-if a test fails, survives if every test passes; a run past --timeout is neither, and counts as
-not caught. The unchanged copy runs first and must pass. Exit status 1 if a bug was not caught
-or an edit's text is no longer in its file (bench/mutants.py then needs updating).
+edit is made there, and `pytest -x -m "not slow"` runs in it: `make test`'s fast suite, which
+leaves out the tests that start subprocesses, vLLM engines or torchrun (pytest.ini). The bug is
+caught if a test fails, survives if every test passes; a run past --timeout is neither, and
+counts as not caught. The unchanged copy runs first and must pass. Exit status 1 if a bug was
+not caught or an edit's text is no longer in its file (bench/mutants.py then needs updating).
 
 Why not mutmut: it mutates every operator and constant (hundreds of mutants of fgrpo.py, hours
 of the suite on 2 cores) and cannot plant the named wiring bugs this list keeps.
@@ -63,9 +63,9 @@ def plant(folder, mutant):
 def run_suite(folder, timeout, threads):
     """(passed, seconds, the first failing test's name or the tail of the output); passed is
     None if the suite ran past the timeout: a hang is not a failing test."""
-    env = {**os.environ, "FGRPO_FAST": "1", "OMP_NUM_THREADS": str(threads),
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads),
            "PYTHONDONTWRITEBYTECODE": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "test_fgrpo.py"]
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow"]
     start = time.time()
     try:
         out = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True,

@@ -1,0 +1,159 @@
+"""The docs hold to the code: every command's flags and make targets exist, every cited file and
+test exists, and the files keep their budgets."""
+import re
+from pathlib import Path
+
+import eval as evaluator  # eval.py; the alias keeps the builtin eval
+import fgrpo
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository
+
+
+# ---------------------------------------------------------------- the docs' commands
+def _doc_command_errors(paths):
+    """(commands found, problems): every command line in the markdown files' fenced code blocks
+    that runs fgrpo.py, eval.py (python or torchrun) or make, checked against the real parsers'
+    flags and the Makefile's targets. Nothing is run."""
+    import shlex
+    flags = {"fgrpo.py": {s for a in fgrpo.build_parser()._actions for s in a.option_strings},
+             "eval.py": {s for a in evaluator.build_parser()._actions for s in a.option_strings}}
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([A-Za-z_][\w.-]*)\s*:(?!=)", makefile, re.M))
+    found, problems = [], []
+    for path in paths:
+        fenced, pending = False, ""
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+                continue
+            if fenced and line.endswith("\\"):  # a command continued on the next line
+                pending += line[:-1]
+                continue
+            line, pending = pending + line, ""
+            try:
+                words = shlex.split(line, comments=True) if fenced else []
+            except ValueError:  # an unbalanced quote: output, not a command
+                continue
+            cmds = [[]]
+            for w in words:  # one list per command of `a && b ; c`
+                cmds.append([]) if w in (";", "&&", "||", "|") else cmds[-1].append(w)
+            for cmd in cmds:
+                while cmd and (cmd[0] == "time" or re.fullmatch(r"[A-Za-z_]\w*=\S*", cmd[0])):
+                    cmd = cmd[1:]  # an environment prefix: BENCH_QUICK=1 make bench
+                where = f"{path.name}:{n}"
+                if cmd[:1] == ["make"]:
+                    found.append(("make", where))
+                    wanted = [t for t in cmd[1:] if not t.startswith("-") and "=" not in t]
+                    problems += [f"{where}: make {t}: no such target in the Makefile"
+                                 for t in wanted if t not in targets]
+                    continue
+                script = next((i for i, w in enumerate(cmd) if Path(w).name in flags), None)
+                if script is None or cmd[0] not in ("python", "python3", "torchrun"):
+                    continue
+                name = Path(cmd[script]).name
+                found.append((f"{Path(cmd[0]).name.rstrip('3')} {name}", where))
+                problems += [f"{where}: {name} has no flag {w.split('=')[0]}"
+                             for w in cmd[script + 1:]
+                             if w.startswith("--") and w.split("=")[0] not in flags[name]]
+    return found, problems
+
+
+def test_readme_commands_use_real_flags(tmp_path):
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    found, problems = _doc_command_errors(docs)
+    assert not problems, "\n".join(problems)
+    in_readme = {what for what, where in found if where.startswith("README.md:")}
+    # found them
+    assert in_readme == {"make", "python fgrpo.py", "torchrun fgrpo.py", "python eval.py"}, found
+    # and the check fails where it should: a made-up flag, target and torchrun flag
+    bad = tmp_path / "bad.md"
+    bad.write_text("```bash\n"
+                   "python fgrpo.py --model tiny --no-such-flag 1  # a comment --not-a-flag\n"
+                   "make demo && X=1 make no-such-target\n"
+                   "torchrun --nproc_per_node 2 fgrpo.py --algo dapo --gama=1\n"
+                   "python eval.py --compare a b --n 4 --nope\n"
+                   "python fgrpo.py --algo dapo \\\n    --gamma 1 --continued 2\n```\n--outside\n")
+    assert _doc_command_errors([bad])[1] == [
+        "bad.md:2: fgrpo.py has no flag --no-such-flag",
+        "bad.md:3: make no-such-target: no such target in the Makefile",
+        "bad.md:4: fgrpo.py has no flag --gama", "bad.md:5: eval.py has no flag --nope",
+        "bad.md:7: fgrpo.py has no flag --continued"]
+
+
+CITED = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)"  # a markdown link to a file here, or a file
+                   r"|`((?:docs|bench|experiments|integrations)/[\w./-]+\.(?:md|json|png|py))`")
+
+
+NOT_YET_WRITTEN = {"bench/gpu_results.json"}  # make gpu-check's output: no GPU has run it yet
+
+
+def _cited_files_missing(paths):
+    """Every file a markdown file links to (relative to it) or names in backticks (relative to
+    the repository) that does not exist, as "file:line: path"."""
+    missing = []
+    for path in paths:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for link, named in CITED.findall(line):
+                target = path.parent / link if link else ROOT / named
+                if link.startswith(("http://", "https://")) or target.exists() \
+                        or named in NOT_YET_WRITTEN:
+                    continue
+                missing.append(f"{path.name}:{n}: {link or named}")
+    return missing
+
+
+def test_every_file_the_docs_cite_exists(tmp_path):
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+            *sorted((ROOT / "experiments" / "results").glob("*.md"))]
+    assert not _cited_files_missing(docs), "\n".join(_cited_files_missing(docs))
+    bad = tmp_path / "bad.md"  # and it finds a missing one, either way of citing
+    bad.write_text("see [x](docs/nope.md#a), [y](https://e.org) and `bench/gone.json`\n"
+                   f"and [z]({ROOT / 'README.md'})\n")
+    assert _cited_files_missing([bad]) == ["bad.md:1: docs/nope.md", "bad.md:1: bench/gone.json"]
+
+
+def test_the_files_keep_their_budgets():
+    # the guide's budgets: lines of at most 100 characters in fgrpo.py, eval.py and the tests;
+    # fgrpo.py at most 1,000 lines and eval.py 400; no function of these over 50 lines
+    import ast
+    tests = [p.relative_to(ROOT) for p in (ROOT / "tests").glob("*.py")]
+    limits = {"fgrpo.py": 1000, "eval.py": 400, "test_fgrpo.py": None, "conftest.py": None,
+              **dict.fromkeys(map(str, tests))}
+    for name, most in limits.items():
+        text = (ROOT / name).read_text()
+        long = [f"{name}:{i}" for i, line in enumerate(text.splitlines(), 1) if len(line) > 100]
+        assert not long, f"lines over 100 characters: {long}"
+        if most is not None:
+            assert len(text.splitlines()) <= most, name
+        functions = [f for f in ast.walk(ast.parse(text)) if isinstance(f, ast.FunctionDef)]
+        over = [f.name for f in functions if f.end_lineno - f.lineno + 1 > 50]
+        assert not over, f"{name}: functions over 50 lines: {over}"
+
+
+def _test_names():  # every test function of the suite, by name
+    import ast
+    files = [ROOT / "test_fgrpo.py", *(ROOT / "tests").glob("test_*.py")]
+    return {f.name for path in files for f in ast.walk(ast.parse(path.read_text()))
+            if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")}
+
+
+def _cited_tests_missing(paths, names):
+    """Every test_name a markdown file cites (not a file name) that no test file defines."""
+    missing = []
+    for path in paths:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for name in re.findall(r"\b(test_\w+)\b(?!\.py|/)", line):
+                if name not in names:
+                    missing.append(f"{path.name}:{n}: {name}")
+    return missing
+
+
+def test_every_test_the_docs_cite_exists(tmp_path):
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+            *sorted((ROOT / "experiments" / "results").glob("*.md"))]
+    names = _test_names()
+    assert len(names) > 90 and "test_focal_weight_by_hand" in names
+    assert not _cited_tests_missing(docs, names), "\n".join(_cited_tests_missing(docs, names))
+    bad = tmp_path / "bad.md"  # and it finds a made-up name, not a file's
+    bad.write_text("`test_focal_weight_by_hand`, test_fgrpo.py, tests/test_docs.py, test_no_such\n")
+    assert _cited_tests_missing([bad], names) == ["bad.md:1: test_no_such"]

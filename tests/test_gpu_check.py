@@ -1,0 +1,292 @@
+"""Tests of bench/gpu_check.py (make gpu-check) on a CPU: its stand-in runs every part, its weight
+sync check fails planted sync bugs, its time plan, its equal-or-why-not judgement."""
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import fgrpo
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository
+
+
+def _metrics(out):  # a run's metrics.jsonl without the timings (t_*), which differ run to run
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in m.items() if not k.startswith("t_")} for m in rows]
+
+
+# ---------------------------------------------------------------- bench/gpu_check.py on a CPU
+@pytest.mark.slow
+def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(tmp_path):
+    # `make gpu-check` at toy sizes, FSDP2 in a gloo group of one standing in for the GPU's; its
+    # loop part runs fgrpo.main 3 times (6 steps, SIGTERM after 3, --resume) in deterministic mode.
+    # A budget far over its time: a loaded machine must not fail it (the plan has tests below)
+    work = tmp_path / "work"
+    cmd = [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--small",
+           "--out", str(tmp_path / "r.json"), "--work", str(work), "--budget", "3000"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    r = json.loads((tmp_path / "r.json").read_text())
+    parts = ["setup", "logprobs", "train", "rollout", "memory", "loop"]
+    assert r["checks"] == dict.fromkeys(parts, True) and list(r["seconds"]) == parts
+    assert list(r["shares_s"]) == parts and sum(r["shares_s"].values()) == r["budget_s"] == 3000
+    assert re.findall(r"^\[(\w+)\] ok in [\d.]+ s of [\d.]+ s: ", out.stdout, re.M) == parts
+    assert r["rollout"]["sampler"] == ("vllm" if importlib.util.find_spec("vllm") else
+                                       "transformers generate() (vLLM is not installed)")
+    # every weight the trainer holds changed before the sync: 2 layers of 12, embeddings, the
+    # untied lm_head and the final norm
+    assert r["rollout"]["perturbed"] == "27/27" and r["rollout"]["not_perturbed"] == []
+    # the loop's own files, read here: the resumed run equals the uninterrupted one step by step...
+    straight, resumed = _metrics(work / "straight"), _metrics(work / "resumed")
+    assert [m["step"] for m in resumed] == list(range(1, 7)) and resumed == straight
+    assert r["loop"]["resume_verdict"] == "exact" and not (work / "first").exists()
+    assert r["loop"]["nondeterministic_ops"] == []
+    log = (work / "resumed.log").read_text()
+    stopped = int(re.search(r"stopped by SIGTERM after step (\d+);", log).group(1))
+    assert 3 <= stopped < 6 and r["loop"]["stopped_after"] == stopped
+    # ...its second process went on from the checkpoint (steps stopped + 1 onwards), which held
+    # the step and the data position (32 prompts a step)
+    assert re.findall(r"^step (\d+)/", log, re.M) == [str(k) for k in range(1, 7)]
+    saved = (r["loop"]["checkpoint_step"], r["loop"]["checkpoint_data_pos"])
+    assert saved == (stopped, 32 * stopped)
+    # and the judge fails a run that differs in one metric (a resume bug: equal before the
+    # stop), or that restarted from step 1
+    gpu_check = _gpu_check()
+    kept = ("steps", "stopped_after", "checkpoint_step", "checkpoint_data_pos", "pass1_before",
+            "pass1_after")
+    keep = {k: r["loop"][k] for k in kept}
+    assert gpu_check.judge_loop(work, dict(keep))[1]
+    lines = (work / "resumed" / "metrics.jsonl").read_text().splitlines()
+    changed = json.loads(lines[-1])
+    changed["reward"] += 1 / 256
+    lines_changed = lines[:-1] + [json.dumps(changed)]
+    (work / "resumed" / "metrics.jsonl").write_text("\n".join(lines_changed) + "\n")
+    judged = gpu_check.judge_loop(work, dict(keep))
+    assert not judged[1] and judged[0]["resume_verdict"].startswith("resume bug")
+    assert judged[0]["metric_diff_after_stop"] == {"abs": 1 / 256, "metric": "reward", "step": 6}
+    (work / "resumed" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (work / "resumed.log").write_text(log.replace(f"step {stopped + 1}/", "step 1/"))
+    assert not gpu_check.judge_loop(work, dict(keep))[1]
+
+
+# ---------------------------------------------------------------- issue 30: gpu-check's blind spot,
+# its time plan, one owner of the GPU, equal or why not, the wheels
+def _gpu_check():
+    """bench/gpu_check.py as a module."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_check
+    return gpu_check
+
+
+def _untied_qwen2(seed=0):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False,
+                         max_position_embeddings=64)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def test_sync_weights_streams_every_weight_the_trainer_holds():
+    # gpu-check's stand-in engine loads what fgrpo.sync_weights streams, by name; after a change
+    # of every weight, the stand-in must hold exactly the trainer's weights: embeddings, lm_head
+    # and final norm included, not only the decoder layers (make mutation plants those slips)
+    gpu_check = _gpu_check()
+    model = _untied_qwen2()
+    engine = gpu_check.EngineStandIn(model, torch.device("cpu"))
+    assert gpu_check.perturb(model, torch.device("cpu")) == []  # every entry changed...
+    theirs = dict(engine.model.named_parameters())
+    ours = model.state_dict()
+    assert all(not torch.equal(theirs[k], ours[k]) for k in ours)  # ...and the engine's is stale
+    fgrpo.sync_weights(engine, model)
+    assert sorted(theirs) == sorted(ours) and all(torch.equal(theirs[k], ours[k]) for k in ours)
+    ids = [[3, 4, 5, 6, 7, 8]]
+    lp = fgrpo.token_logprobs(model, torch.tensor(ids), torch.ones(1, 6, dtype=torch.long))
+    assert torch.allclose(engine.logprobs([[3, 4]], ids), lp[0, 1:].detach(), atol=1e-5)
+
+
+SYNC_HARNESS = r"""
+import json, sys
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+sys.modules["vllm"] = None  # the stand-in engine, as on the GPU machine without vLLM
+import torch, fgrpo, gpu_check
+torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
+                                     world_size=1)
+device = torch.device("cpu")
+state = {}
+gpu_check.part_setup(state, gpu_check.SMALL, device)  # --small's model, sharded by FSDP2
+tok = fgrpo.build_tiny(0, warm_steps=0)[1]
+sync_weights = fgrpo.sync_weights
+def skipping(word):  # the planted bug: a sync that streams all but the weights named `word`
+    def planted(engine, model):
+        every = model.state_dict
+        model.state_dict = lambda: {k: v for k, v in every().items() if word not in k}
+        sync_weights(engine, model)
+        del model.state_dict
+    return planted
+found = {}
+for word in ("none", "embed_tokens", "lm_head"):
+    fgrpo.sync_weights = sync_weights if word == "none" else skipping(word)
+    engine = gpu_check.EngineStandIn(state["model"], device)
+    found[word] = gpu_check.check_sync(state["model"], tok, engine, ["max(3,9,1,4,7)="], device)
+print("RESULT " + json.dumps(found))
+"""
+
+
+@pytest.mark.slow
+def test_gpu_check_sync_fails_a_sync_that_skips_the_embeddings_or_the_lm_head(tmp_path):
+    # the stand-in's check_sync under FSDP2 (after its no-grad forwards the root module is left
+    # unsharded): it must see every weight changed and pass the real sync, and fail one that
+    # skips embed_tokens or the untied lm_head. The check it replaces perturbed the root's
+    # transient copies, which state_dict() drops: only the decoder layers changed
+    (tmp_path / "harness.py").write_text(SYNC_HARNESS)
+    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(ROOT)],
+                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[7:])
+    for word, (result, passed) in found.items():
+        assert result["perturbed"] == "27/27" and result["not_perturbed"] == []
+        assert result["stale_mean_diff"] >= 5 * result["sync_tolerance"]  # the change shows
+        assert passed == (word == "none"), word
+        assert (result["sync_max_diff"] <= 1e-5) == (word == "none"), word  # fp32: equal
+
+
+PLAN_HARNESS = r"""
+import json, signal, subprocess, sys, time
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+import gpu_check
+gpu_check.GRACE_S = 0.5
+results = {}
+def write(found):
+    open("results.json", "w").write(json.dumps(found))
+def stuck():  # where no signal reaches it (SIGALRM blocked, as in a CUDA call), a process running
+    gpu_check.CHILDREN.append(subprocess.Popen(["sleep", "600"], start_new_session=True))
+    open("child.pid", "w").write(str(gpu_check.CHILDREN[-1].pid))
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    time.sleep(600)
+plan = gpu_check.TimePlan({"slow": 0.5, "next": 1.0, "stuck": 0.5},
+                          gpu_check.give_up(results, write))
+parts = {"slow": lambda: time.sleep(600), "next": lambda: ({"ran": 1}, True), "stuck": stuck}
+gpu_check.run_parts(parts, plan, results, write)
+print("never here")
+"""
+
+
+@pytest.mark.slow
+def test_gpu_check_stops_a_part_at_its_mark_and_ends_a_stuck_one_with_the_check(tmp_path):
+    # the time plan, with shares of half a second: a part past its mark is stopped and reported
+    # and the next part runs; a part that no signal reaches ends the whole check GRACE_S later,
+    # its line and results.json naming it, the loop's processes killed; nothing hangs
+    (tmp_path / "harness.py").write_text(PLAN_HARNESS)
+    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(ROOT)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 1 and "never here" not in out.stdout, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("[slow] FAILED on rank 0 in ")
+    assert "OutOfTime: ran out of time: its share is 0.5 s, its mark 0.5 s" in lines[0]
+    assert lines[1].startswith("[next] ok in ") and lines[2].startswith("[stuck] FAILED: still")
+    r = json.loads((tmp_path / "results.json").read_text())
+    assert r["checks"] == {"slow": False, "next": True, "stuck": False}
+    assert r["next"] == {"ran": 1} and "stuck 0.5 s past its mark" in r["stuck"]["error"]
+    pid = int((tmp_path / "child.pid").read_text())
+    status = Path(f"/proc/{pid}/status")
+    assert not status.exists() or "zombie" in status.read_text()  # killed with the check
+
+
+def _write_run(folder, rows, weights):
+    from safetensors.torch import save_file
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "step_000004").mkdir()
+    save_file(weights, str(folder / "step_000004" / "model.safetensors"))
+
+
+def test_gpu_check_tells_a_resume_bug_from_gpu_noise_by_hand(tmp_path):
+    # hand-made runs of 4 steps stopped after 2: equal (exact); equal up to the stop and apart
+    # after it (a resume bug); apart before the stop too (nondeterminism), with the `first`
+    # run's weights at the stop beside the checkpoint's. Only "exact" passes
+    gpu_check = _gpu_check()
+    rows = [{"step": s, "reward": s / 8, "loss": 0.5} for s in range(1, 5)]
+    w = {"a": torch.zeros(3), "b": torch.ones(2)}
+    out = {"steps": 4, "stopped_after": 2}
+    _write_run(tmp_path / "exact" / "straight", rows, w)
+    _write_run(tmp_path / "exact" / "resumed", rows, w)
+    assert gpu_check.judge_equality(tmp_path / "exact", rows, rows, out)
+    assert out["resume_verdict"] == "exact" and out["weight_diff_at_stop"] is None
+    late = [*rows[:3], {**rows[3], "loss": 0.75}]
+    _write_run(tmp_path / "bug" / "straight", rows, w)
+    _write_run(tmp_path / "bug" / "resumed", late, {"a": torch.zeros(3), "b": torch.ones(2) * 3})
+    assert not gpu_check.judge_equality(tmp_path / "bug", rows, late, out)
+    assert out["metric_diff_after_stop"] == {"abs": 0.25, "metric": "loss", "step": 4}
+    assert out["weight_diff_final"] == {"abs": 2.0, "name": "b"}
+    assert out["resume_verdict"].startswith("resume bug (equal up to the stop, not after it): ")
+    assert "0.25 (loss at step 4)" in out["resume_verdict"]
+    noisy = [{**r, "loss": 0.5 + 1e-7 * r["step"]} for r in rows]
+    _write_run(tmp_path / "noise" / "straight", rows, w)
+    _write_run(tmp_path / "noise" / "resumed", noisy, {"a": torch.zeros(3) + 1e-6, "b": w["b"]})
+    (tmp_path / "noise" / "first" / "step_000002").mkdir(parents=True)
+    from safetensors.torch import save_file
+    save_file({"a": torch.zeros(3) + 2e-7, "b": w["b"]},
+              str(tmp_path / "noise" / "first" / "step_000002" / "model.safetensors"))
+    save_file(w, str(tmp_path / "noise" / "resumed_at_stop.safetensors"))
+    assert not gpu_check.judge_equality(tmp_path / "noise", rows, noisy, out)
+    assert out["resume_verdict"].startswith("nondeterministic (differs before the stop too): ")
+    assert out["metric_diff_before_stop"]["step"] == 2
+    assert out["weight_diff_at_stop"]["name"] == "a"
+    assert out["weight_diff_at_stop"]["abs"] == pytest.approx(2e-7)
+    # an op without a deterministic kernel, as torch warns of it in a loop run's log (warn_only)
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        try:
+            torch.zeros(3).put_(torch.tensor([0, 0]), torch.tensor([1.0, 2.0]))
+        finally:
+            torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    logged = "\n".join(str(w.message) for w in caught)
+    assert re.findall(gpu_check.NONDETERMINISTIC, logged) == ["put_"]
+
+
+def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_path,
+                                                                          monkeypatch):
+    # make gpu-check on a Python without math-verify and without wheels: one line, before
+    # gpu_check.py starts (python -S sees no site-packages: no math_verify, no pip)
+    make = shutil.which("make")
+    if make:
+        cmd = [make, "-s", "-C", str(ROOT), "gpu-check", f"PYTHON={sys.executable} -S",
+               f"WHEELS={tmp_path / 'none'}"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert out.returncode != 0 and out.stdout == ""  # gpu_check.py never ran
+        said = [line for line in out.stderr.splitlines() if not line.startswith("make")]
+        assert len(said) == 1 and "run make gpu-wheels" in said[0], out.stderr
+    # and gpu_check.py itself, before building anything
+    monkeypatch.setitem(sys.modules, "math_verify", None)
+    with pytest.raises(SystemExit) as stop:
+        _gpu_check().main(["--device", "cpu", "--small", "--out", str(tmp_path / "r.json")])
+    assert "`make gpu-wheels`" in str(stop.value.code) and not (tmp_path / "r.json").exists()
+
+
+def test_gpu_check_waits_for_a_run_until_its_spare_before_the_mark(tmp_path):
+    # the `first` rerun is waited for until 10 s before the loop's mark, so that the differences
+    # already found are judged before the mark's signal: here 10.5 s before it, half a second
+    from types import SimpleNamespace
+    gpu_check = _gpu_check()
+    waited = []
+
+    class Running:  # a run that is still running when the wait ends
+        def wait(self, timeout):
+            waited.append(timeout)
+            raise subprocess.TimeoutExpired("fgrpo", timeout)
+
+    plan = SimpleNamespace(left=lambda: 10.5, marks={"loop": 99.0})
+    with pytest.raises(gpu_check.OutOfTime, match="first still ran 10 s before the loop's mark"):
+        gpu_check.finish(Running(), tmp_path, "first", plan, spare=10)
+    assert waited == [0.5]
