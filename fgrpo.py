@@ -16,9 +16,8 @@ are unchanged; gamma = 0 is exactly the base algorithm.
     torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HOST:29500 \\
         fgrpo.py --algo dapo --gamma 1                   # two nodes: the same command on each
 
-Reading order is running order: arguments -> the math (focal weight, advantages, losses, pass@k,
-log-probs) -> data and models -> multi-GPU -> rollout -> rewards -> the training step ->
-checkpoints -> the loop -> main.
+Reading order is running order. A first read: ALGO LOGIC (the paper's math), then the training
+step and the loop; the sections marked "plumbing" keep a real run alive and can wait.
 """
 import argparse
 import atexit
@@ -54,8 +53,6 @@ PAPER_GAMMA = {"grpo": 0.5, "dapo": 0.5, "cispo": 1.0}  # Table 7, Qwen2.5-7B
 HUB_FILES = {"agentica-org/DeepScaleR-Preview-Dataset": "deepscaler.json"}  # problem, answer
 RANK = int(os.environ.get("RANK", 0))  # this process's rank, set by torchrun
 WORLD = int(os.environ.get("WORLD_SIZE", 1))  # the number of ranks
-# a collective's wait in training: rank 0 alone downloads a 7B or writes its 30 GB checkpoint
-TRAIN_TIMEOUT = datetime.timedelta(hours=2)
 warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP in one process: meant
 
 # ------------------------------------------------------------------------------------------------
@@ -129,12 +126,10 @@ def parse_args(argv=None):
     if parser.parse_known_args(argv)[0].model == "tiny":
         parser.set_defaults(**TINY)
     args = parser.parse_args(argv)
-    if args.gamma is None:
-        args.gamma = PAPER_GAMMA[args.algo]
-    if args.eps_low is None:
-        args.eps_low = PAPER_EPS[args.algo][0]
-    if args.eps_high is None:
-        args.eps_high = PAPER_EPS[args.algo][1]
+    paper_low, paper_high = PAPER_EPS[args.algo]
+    args.gamma = PAPER_GAMMA[args.algo] if args.gamma is None else args.gamma
+    args.eps_low = paper_low if args.eps_low is None else args.eps_low
+    args.eps_high = paper_high if args.eps_high is None else args.eps_high
     if args.rollout is None:
         args.rollout = "vllm" if importlib.util.find_spec("vllm") else "hf"
         if args.rollout == "hf" and RANK == 0:
@@ -804,6 +799,13 @@ def load_state(ckpt, model, opt, sched):
 
 # ------------------------------------------------------------------------------------------------
 # The loop
+class Hooks(NamedTuple):
+    """What an experiment may swap in train() (experiments/ do): fgrpo's own functions by default."""
+    sample: callable = rollout
+    score: callable = verify
+    advantages: callable = group_advantages
+    after_step: callable = lambda model, step, metrics: None
+
 @functools.lru_cache(maxsize=2)
 def epoch_order(size, seed):  # a seeded shuffle of range(size): one epoch's order
     return torch.randperm(size, generator=torch.Generator().manual_seed(seed)).tolist()
@@ -825,18 +827,18 @@ class DataStream:
         order = [epoch_order(size, self.seed + p // size)[p % size] for p in positions]
         return [self.problems[i] for i in order][RANK::WORLD]
 
-def sample_and_score(model, tok, engine, problems, n, args, seed):
+def sample_and_score(model, tok, engine, problems, n, args, seed, hooks=Hooks()):
     """n completions per problem, their 0/1 rewards (P, n), and the seconds each part took."""
     start = time.time()
     prompts = [format_prompt(tok, p["problem"]) for p in problems]
-    samples = rollout(model, tok, engine, prompts, n, args, seed)
+    samples = hooks.sample(model, tok, engine, prompts, n, args, seed)
     sampled = time.time()
     texts = tok.batch_decode([s.completion_ids for s in samples], skip_special_tokens=True)
     golds = [p["answer"] for p in problems for _ in range(n)]  # grouped as the samples are
-    rewards = torch.tensor(verify(texts, golds)).view(len(problems), n)
+    rewards = torch.tensor(hooks.score(texts, golds)).view(len(problems), n)
     return samples, rewards, {"t_rollout": sampled - start, "t_verify": time.time() - sampled}
 
-def collect_batch(model, tok, engine, next_problems, args, step):
+def collect_batch(model, tok, engine, next_problems, args, step, hooks=Hooks()):
     """This rank's rollout batch: (samples, rewards (P, N), metrics). --dynamic-sampling (DAPO's)
     samples more until no group is all-equal, for at most --max-tries rounds."""
     need = args.prompts // WORLD
@@ -845,7 +847,8 @@ def collect_batch(model, tok, engine, next_problems, args, step):
     seconds = {"t_rollout": 0.0, "t_verify": 0.0}
     for tries in range(1, (args.max_tries if args.dynamic_sampling else 1) + 1):
         samples, rewards, spent = sample_and_score(model, tok, engine, next_problems(), args.n,
-                                                   args, step_seed(args.seed, f"{step}.{tries}"))
+                                                   args, step_seed(args.seed, f"{step}.{tries}"),
+                                                   hooks)
         seconds = {k: seconds[k] + spent[k] for k in seconds}
         for i, group_rewards in enumerate(rewards):
             group = (samples[i * args.n:(i + 1) * args.n], group_rewards)
@@ -874,15 +877,15 @@ def rollout_metrics(samples, correct, lengths, gamma):
             "focal_mean": focal / prompts, "resp_len": length / completions,
             "trunc_frac": truncated / completions}
 
-def run_step(model, tok, engine, opt, next_problems, args, step):
+def run_step(model, tok, engine, opt, next_problems, args, step, hooks=Hooks()):
     """One rollout batch: sample and score, advantages, the updates, the weights into vLLM."""
-    samples, correct, metrics = collect_batch(model, tok, engine, next_problems, args, step)
+    samples, correct, metrics = collect_batch(model, tok, engine, next_problems, args, step, hooks)
     lengths = torch.tensor([float(len(s.completion_ids)) for s in samples]).view_as(correct)
     rewards = correct
     if args.overlong_buffer:  # DAPO's length shaping (off in the paper)
         rewards = correct + overlong_penalty(lengths, args.max_new_tokens, args.overlong_buffer)
     # the focal weight counts correct completions, whatever the shaping
-    adv = group_advantages(rewards, args.gamma, correct=correct).flatten()
+    adv = hooks.advantages(rewards, args.gamma, correct=correct).flatten()
     start = time.time()
     model.train()
     device = next(model.parameters()).device
@@ -948,9 +951,10 @@ def build_optimizer(model, args):
         opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
     return opt, sched
 
-def train(args):
+def train(args, hooks=Hooks()):
     """Set up or resume the run, then each step: rollout -> update -> log -> checkpoint when due."""
-    device = init_distributed(TRAIN_TIMEOUT)
+    # a collective's wait: rank 0 alone downloads a 7B or writes its 30 GB checkpoint
+    device = init_distributed(datetime.timedelta(hours=2))
     out = Path(args.out)
     ckpt = checkpoint_to_resume(out, args.resume)
     if args.model == "tiny":
@@ -970,8 +974,10 @@ def train(args):
     last_save_seconds = 0.0  # how long the last save took: none measured yet
     for step in tqdm(range(first + 1, steps + 1), desc="steps", initial=first, total=steps,
                      disable=RANK or None):
-        metrics = run_step(model, tok, engine, opt, lambda: stream.next(args.prompts), args, step)
+        next_problems = functools.partial(stream.next, args.prompts)
+        metrics = run_step(model, tok, engine, opt, next_problems, args, step, hooks)
         metrics = {"step": step, **metrics, "lr": sched.get_last_lr()[0]}
+        hooks.after_step(model, step, metrics)
         sched.step()
         if RANK == 0:
             log_step(metrics, log, steps)

@@ -314,7 +314,7 @@ def test_run_step_hands_the_update_hand_computed_focal_advantages(monkeypatch, g
                for p in range(3) for i in range(4)]
     handed = {}
 
-    def fake_collect(model, tok, engine, next_problems, args, step):
+    def fake_collect(model, tok, engine, next_problems, args, step, hooks):
         return samples, torch.tensor(correct, dtype=torch.float), {"tries": 1}
 
     def fake_train_step(model, opt, ids, attn, mask, adv, args):
@@ -439,7 +439,7 @@ def test_loop_follows_the_data_stream_and_warmup_and_resumes_exactly(tiny_saved,
     data.write_text("".join((tiny_saved / "train.jsonl").read_text().splitlines(True)[:12]))
     seen = {}
 
-    def fake_run_step(model, tok, engine, opt, next_problems, args, step):
+    def fake_run_step(model, tok, engine, opt, next_problems, args, step, hooks):
         seen.setdefault(args.out, []).append([p["problem"] for p in next_problems()])
         opt.zero_grad()
         (sum((p ** 2).sum() for p in model.parameters()) * 1e-3).backward()
@@ -496,7 +496,7 @@ def _check_kept_weights(kept, plain, final):
         assert not all(torch.equal(weights[k], final[k]) for k in final)  # that step's, not a copy
 
 
-def test_sample_and_score_scores_each_completion_against_its_own_problem(monkeypatch):
+def test_sample_and_score_scores_each_completion_against_its_own_problem():
     tok = _tiny_tok()
     args = fgrpo.parse_args(["--model", "tiny", "--rollout", "hf"])
     problems = [{"problem": f"max({a},{b})=", "answer": str(max(a, b))}
@@ -508,8 +508,8 @@ def test_sample_and_score_scores_each_completion_against_its_own_problem(monkeyp
         # sample j of prompt i boxes the answer of problem (i + j) % 3: right for j = 0 only
         return [fgrpo.Sample(tok.encode(p), tok.encode(f"\\boxed{{{answers[(i + j) % 3]}}}") + [1],
                              False) for i, p in enumerate(prompts) for j in range(n)]
-    monkeypatch.setattr(fgrpo, "rollout", fake_rollout)
-    samples, rewards, _ = fgrpo.sample_and_score(None, tok, None, problems, 3, args, seed=0)
+    hooks = fgrpo.Hooks(sample=fake_rollout)
+    samples, rewards, _ = fgrpo.sample_and_score(None, tok, None, problems, 3, args, 0, hooks)
     assert rewards.tolist() == [[1.0, 0.0, 0.0]] * 3 and len(samples) == 9
 
 
@@ -557,7 +557,7 @@ def test_shaped_rewards_keep_the_focal_weight_of_correctness():
 def _fake_rounds(monkeypatch, rounds):
     """sample_and_score replaced by fixed reward tables, one a round; a sample names its round."""
     calls = []
-    def fake(model, tok, engine, problems, n, args, seed):
+    def fake(model, tok, engine, problems, n, args, seed, hooks):
         r = torch.tensor(rounds[len(calls)], dtype=torch.float)
         calls.append(seed)
         samples = [fgrpo.Sample([len(calls)], [i, j], False)
@@ -1332,7 +1332,7 @@ def test_vllm_engines_on_a_cpu_run_float32_without_chunked_prefill(tmp_path, mon
     assert [(kw["dtype"], kw["enable_chunked_prefill"]) for kw in built] == [("float32", False)] * 2
 
 
-# fgrpo.py's main with two changes that make its steps independent of how the prompts are split
+# fgrpo.py's train with two changes that make its steps independent of how the prompts are split
 # over ranks, so that two nodes must take one process's steps: each prompt's completions are
 # sampled under a seed of (run seed, step, prompt) alone (fgrpo.step_seed adds the rank), and SGD
 # stands in for AdamW (see HARNESS: AdamW's first steps turn float noise into lr-sized steps).
@@ -1344,11 +1344,9 @@ rollout = fgrpo.rollout
 def per_prompt(model, tok, engine, prompts, n, args, seed):
     return [s for p in prompts for s in
             rollout(model, tok, engine, [p], n, args, random.Random(f"{seed}/{p}").getrandbits(48))]
-fgrpo.rollout = per_prompt
 fgrpo.step_seed = lambda seed, tag: random.Random(f"{seed}/{tag}").getrandbits(48)
 torch.optim.AdamW = lambda params, lr, *_, **__: torch.optim.SGD(params, lr)
-sys.argv = [fgrpo.__file__, *sys.argv[1:]]
-fgrpo.main()
+fgrpo.train(fgrpo.parse_args(sys.argv[1:]), fgrpo.Hooks(sample=per_prompt))
 """
 
 

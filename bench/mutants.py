@@ -14,12 +14,12 @@ def bug(name, file, find, replace, why):
 MUTANTS = [
     # ---- rewards -> advantages (run_step)
     bug("run_step_gamma_zero", "fgrpo.py",
-        "group_advantages(rewards, args.gamma, correct=correct)",
-        "group_advantages(rewards, 0.0, correct=correct)",
+        "hooks.advantages(rewards, args.gamma, correct=correct)",
+        "hooks.advantages(rewards, 0.0, correct=correct)",
         "the focal weight never reaches the gradient"),
     bug("run_step_focal_from_shaped_rewards", "fgrpo.py",
-        "group_advantages(rewards, args.gamma, correct=correct)",
-        "group_advantages(rewards, args.gamma)",
+        "hooks.advantages(rewards, args.gamma, correct=correct)",
+        "hooks.advantages(rewards, args.gamma)",
         "with --overlong-buffer the focal weight reads the shaped rewards"),
     bug("run_step_penalty_sign", "fgrpo.py",
         "rewards = correct + overlong_penalty(",
