@@ -800,7 +800,7 @@ def load_state(ckpt, model, opt, sched):
 # ------------------------------------------------------------------------------------------------
 # The loop
 class Hooks(NamedTuple):
-    """What an experiment may swap in train() (experiments/ do): fgrpo's own functions by default."""
+    """What an experiment may swap in train(): fgrpo's own functions by default."""
     sample: callable = rollout
     score: callable = verify
     advantages: callable = group_advantages
