@@ -54,7 +54,6 @@ HUB_FILES = {"agentica-org/DeepScaleR-Preview-Dataset": "deepscaler.json"}  # pr
 RANK = int(os.environ.get("RANK", 0))  # this process's rank, set by torchrun
 WORLD = int(os.environ.get("WORLD_SIZE", 1))  # the number of ranks
 warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP in one process: meant
-
 # ------------------------------------------------------------------------------------------------
 # Arguments. The defaults are the paper's run (App. L, Table 5). `--model tiny` swaps in TINY for
 # the flags not given: a 2-layer model wants a far larger lr than a 7B, and a step under a second.
@@ -157,7 +156,6 @@ def check_args(args, error):
         error("--temperature must be > 0 and --top-p in (0, 1]")
     if args.wandb and not importlib.util.find_spec("wandb"):
         error("--wandb needs wandb: pip install wandb")
-
 # ------------------------------------------------------------------------------------------------
 # ALGO LOGIC: the paper's math. Pure functions of tensors: paste them anywhere.
 def focal_weight(rewards, gamma):
@@ -237,7 +235,6 @@ def pass_at_k(n, c, k):
         return 1.0
     # 1 - C(n-c, k) / C(n, k) = 1 - prod_{i=n-c+1..n} (1 - k / i), stable for large n
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
-
 # ------------------------------------------------------------------------------------------------
 # Log-probs without the (B, T, vocab) logits: at Qwen's 151,936-token vocabulary that float32
 # tensor alone is what runs a 7B out of memory.
@@ -264,9 +261,8 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=512,
     out = [checkpoint(_chunk_logprobs, head, hidden[i:i + chunk], targets[i:i + chunk],
                       temperature, use_reentrant=False) for i in range(0, len(targets), chunk)]
     return torch.zeros(keep.shape, device=hidden.device).masked_scatter(keep, torch.cat(out))
-
 # ------------------------------------------------------------------------------------------------
-# Data and models
+# Data and models. Up to format_prompt, plumbing a first read may skip: files and their errors
 def read_records(path):
     """[(place, record)] of a JSON list or a JSONL file; place ("line 3") names it in errors."""
     path = Path(path)
@@ -423,10 +419,9 @@ def load_policy(args, path):
     importlib.import_module("transformers.utils.logging").disable_progress_bar()  # loaded
     problems = load_problems(hub_or_local(args.data), args.problem_key, args.answer_key)
     return model, tok, filter_problems(problems, tok, args.max_prompt_len)
-
 # ------------------------------------------------------------------------------------------------
-# Multi-GPU: torchrun starts one process per GPU (RANK, WORLD_SIZE); prompts are split by rank and
-# FSDP2 shards weights, gradients and AdamW state, on one GPU too. One CPU process: the plain model.
+# Multi-GPU, plumbing a first read may skip: torchrun starts a process per GPU (RANK, WORLD_SIZE);
+# ranks split the prompts; FSDP2 shards weights, gradients and AdamW state, on one GPU too.
 def init_distributed(timeout=None):
     """This rank's device; joins torchrun's process group, or on one GPU makes a group of one, so
     that one GPU trains as eight do. timeout: how long a collective may wait."""
@@ -515,7 +510,6 @@ def shard(model, device):
     for buffer in model.buffers():  # rotary frequencies: not in the state dict, made at init
         dist.broadcast(buffer, 0)
     return model
-
 # ------------------------------------------------------------------------------------------------
 # Rollout: N samples a prompt, from vLLM (an engine per rank, beside the trainer) or generate().
 class Sample(NamedTuple):
@@ -613,10 +607,9 @@ def sync_weights(engine, model):
         torch.cuda.empty_cache()
         engine.wake_up(tags=["kv_cache"])
     engine.reset_prefix_cache()  # cached KV came from the old weights
-
 # ------------------------------------------------------------------------------------------------
-# Rewards: verl's math-verify reward, in worker processes. Each message of items has an outer
-# timeout that restarts the workers: math-verify's own signal.alarm cannot stop a hang in C.
+# Rewards: verl's math-verify reward (verl_reward, verify). Below them, plumbing a first read may
+# skip: worker processes, a timeout a message (math-verify's signal.alarm cannot stop a hang in C).
 def verl_reward(completion, gold):
     """verl's compute_score (verl/utils/reward_score/math_verify.py), the paper's reward: gold as
     \\boxed{gold}, LaTeX extraction; the whole completion, expression and LaTeX extraction."""
@@ -689,7 +682,6 @@ def pool_map(fn, tasks, timeout, default, chunk=16):
                 start += 1
             size = chunk if size == 1 else 1  # after a lost message: singly, to the hung one
     return results
-
 # ------------------------------------------------------------------------------------------------
 # The training step: old log-probs once, then prompts / mini_batch optimiser steps (4 in the
 # paper; all but the first off-policy), each over micro-batches, with one token-mean normaliser.
@@ -755,11 +747,10 @@ def train_step(model, opt, ids, attn, mask, adv, args):
             "grad_norm": sum(r["grad_norm"] for r in results) / len(results),
             "clip_frac": sum(r["clipped"] for r in results) / tokens,
             "skipped": sum(r["skipped"] for r in results), "pad_frac": padding / positions}
-
 # ------------------------------------------------------------------------------------------------
-# Checkpoints: OUT/step_K holds the full HF model (transformers and vLLM load it as it is),
-# trainer_state.pt and the sharded optimizer (torch.distributed.checkpoint); OUT/latest names it.
-# Each is written to step_K.tmp, then renamed: a kill leaves the one before whole.
+# Checkpoints, plumbing a first read may skip: OUT/step_K holds the full HF model (vLLM loads it
+# as it is), trainer_state.pt and the sharded optimizer (torch.distributed.checkpoint); OUT/latest
+# names it. Each is written to step_K.tmp, then renamed: a kill leaves the one before whole.
 def save_checkpoint(out, model, tok, opt, sched, step, data_pos, keep_weights=False):
     final = out / f"step_{step:06d}"
     tmp = out / f"step_{step:06d}.tmp"
@@ -796,9 +787,8 @@ def load_state(ckpt, model, opt, sched):
     set_optimizer_state_dict(model, opt, optim)
     sched.load_state_dict(state["scheduler"])
     return state["step"], state["data_pos"]
-
 # ------------------------------------------------------------------------------------------------
-# The loop
+# The loop (save_and_stop and checkpoint_to_resume: preemption and resume, plumbing)
 class Hooks(NamedTuple):
     """What an experiment may swap in train(): fgrpo's own functions by default."""
     sample: callable = rollout
