@@ -11,8 +11,9 @@ common correct solutions at the expense of rare ones. Rewards, clip bounds and i
 are unchanged; gamma = 0 is exactly the base algorithm.
 
     python fgrpo.py --model tiny --algo dapo --gamma 1   # the CPU demo, about a minute
-    python fgrpo.py --algo dapo --gamma 1                # the paper's run, every GPU of the node
-    python fgrpo.py --algo dapo --gamma 1 --resume       # continue a killed run
+    python fgrpo.py --algo dapo --gamma 1   # F-DAPO, Qwen2.5-7B on DeepScaleR, the node's GPUs
+    python fgrpo.py --algo dapo --gamma 1 --resume       # continue a killed run (runs/fgrpo)
+    python fgrpo.py --algo dapo             # Table 1's F-DAPO: gamma 0.5 (Table 7), as PAPER_GAMMA
     torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HOST:29500 \\
         fgrpo.py --algo dapo --gamma 1                   # two nodes: the same command on each
 
