@@ -303,7 +303,7 @@ def _tiny_tok():
 @pytest.mark.parametrize("gamma", [1.0, 0.5])
 def test_run_step_hands_the_update_hand_computed_focal_advantages(monkeypatch, gamma):
     # --overlong-buffer 2 (max 6 new tokens): the advantages come from the shaped rewards, the
-    # focal weight from correctness alone (SPEC Sec. 3 and 4)
+    # focal weight from correctness alone (Sec. 4, Eqs. 11-13)
     args = fgrpo.parse_args(["--model", "tiny", "--rollout", "hf", "--gamma", str(gamma),
                              "--overlong-buffer", "2", "--prompts", "3", "--n", "4",
                              "--mini-batch", "1"])
@@ -361,7 +361,7 @@ def _logp_unpadded(model, prompt, completion, temperature):
 
 def _updates_by_hand(model, pairs, adv, args):
     """args.mini_batch * args.n sequences per SGD step of the paper's token-mean loss, written
-    out from SPEC Sec. 4: old log-probs once before the first step; per step one normaliser,
+    out from Sec. 2 and App. L: old log-probs once before the first step; per step one normaliser,
     that step's response tokens; the global grad norm clipped at args.grad_clip. Returns per
     step (loss, grad norm before clipping, clipped tokens)."""
     params = list(model.parameters())
@@ -677,7 +677,7 @@ def test_verify_equals_verl_math_verify_on_dataset_gold_forms():
 
 
 def test_verify_survives_golds_whose_parse_cannot_be_pickled():
-    # a chained equality's parse failed to unpickle in the parent and stopped the pool (issue 10)
+    # a chained equality's parse failed to unpickle in the parent and stopped the pool
     assert fgrpo.verify(["so $\\boxed{2}$", "so $\\boxed{3}$"], ["z = 1 + 1 = 2"] * 2) == [1.0, 0.0]
     assert fgrpo.verify(["$\\boxed{4}$"], ["4"]) == [1.0]  # the next call works
 
@@ -1778,7 +1778,7 @@ def test_eval_on_two_ranks_equals_one_process_and_resumes_any_kill(tiny_eval, tm
     same_as_one_process(once)
 
 
-# ---------------------------------------------------------------- issue 32: --compare's subsamples
+# ------------------------------------------------------------------- --compare's subsamples
 # and p-value held against exact probabilities (math.comb) and the normal theory of the test
 def _hypergeometric_pmf(n, c, m):
     """P(j correct among m of n samples drawn without replacement, c of them correct), j = 0..m."""

@@ -119,7 +119,7 @@ def part_verify(s, _):
     print(f"  verify.py: ours {r['times_ours']}, naive {r['times_naive']} s", flush=True)
     note = (f"{r['distinct_pairs']:,} distinct (completion, gold) pairs in {r['completions']:,} "
             f"completions; the sides agree on {r['agree_frac']:.2%} of the scores")
-    # the target: what two workers give (issue 20 dropped the answer-key deduplication)
+    # the target: what two workers give (the answer-key deduplication was dropped)
     return [row(f"verify {s['v_problems']}x{s['v_samples']}: throughput", r["throughput_ours"],
                 r["throughput_naive"], "completions/s", ">= 1.6", note)], r
 

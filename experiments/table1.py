@@ -53,7 +53,7 @@ RUNS = {"base": Run("base model", None, False),
         "dapo": Run("DAPO", "dapo", False), "f-dapo": Run("F-DAPO", "dapo", True),
         "cispo": Run("CISPO", "cispo", False), "f-cispo": Run("F-CISPO", "cispo", True)}
 PAIRS = {"grpo": ("grpo", "f-grpo"), "dapo": ("dapo", "f-dapo"), "cispo": ("cispo", "f-cispo")}
-# SPEC Sec. 6: Table 1, Qwen2.5-7B, N = 8, mean over the six math benchmarks, pass@1 / pass@256 (%)
+# the paper's Table 1, Qwen2.5-7B, N = 8, mean over the six math benchmarks, pass@1 / pass@256 (%)
 PAPER = {"grpo": (37.3, 64.1), "f-grpo": (38.6, 70.3), "dapo": (39.4, 69.3),
          "f-dapo": (40.5, 72.5), "cispo": (39.5, 73.2), "f-cispo": (39.5, 76.8)}
 PAPER_K = 256
@@ -69,7 +69,7 @@ PLAN_GPUS = 8
 PLAN_TOKENS = (1000, 3000)  # tokens per completion
 PLAN_DECODE = (4300, 2800)  # vLLM tokens/s a GPU: its rollout, 256 x 1-3k tokens in 1.5-3 min
 PLAN_CKPT_BYTES = 12  # per parameter: fp32 model (30 GB) and AdamW state (61 GB) for 7.6B
-DEEPSCALER = 39_202  # SPEC Sec. 5: problems left after the paper's filter
+DEEPSCALER = 39_202  # App. L: problems left after the paper's filter
 PARAMS_B = {"Qwen/Qwen2.5-7B": 7.6, "Qwen/Qwen3-4B-Base": 4.0,
             "meta-llama/Llama-3.2-3B-Instruct": 3.2}  # the paper's three models
 BENCH_SIZES = {"math500": 500, "aime24": 30, "aime25": 30, "amc23": 40, "minerva": 272,
