@@ -97,7 +97,7 @@ def add_batch_and_sampling_flags(parser):
     a("--top-p", type=float, default=1.0, help="nucleus sampling; top-k is off")
     a("--rollout", choices=["vllm", "hf"], help="vLLM or transformers; default: vllm if installed")
     a("--vllm-mem", type=float, default=0.5,
-      help="vLLM's share of each GPU (gpu_memory_utilization; docs/memory-plan.md)")
+      help="vLLM's share of each GPU (gpu_memory_utilization; docs/paper-run.md)")
     a("--gen-batch", type=int, default=64, help="sequences per generate() call (--rollout hf)")
 
 def add_run_flags(parser):

@@ -62,7 +62,7 @@ TINY_STEPS = 40
 TINY_SAVE_EVERY = 20
 TINY_EVAL_N = 256
 
-# The estimate's inputs, from docs/memory-plan.md (8 x H100, Qwen2.5-7B; arithmetic, not measured)
+# The estimate's inputs, from docs/paper-run.md (8 x H100, Qwen2.5-7B; arithmetic, not measured)
 PLAN_PARAMS_B = 7.6  # billions of parameters behind its figures
 PLAN_STEP_MIN = (4, 6)  # minutes per step on 8 GPUs, 256 prompts x 8 completions
 PLAN_GPUS = 8
@@ -235,7 +235,7 @@ def compare_stage(args, seed, algo):
                  (base, focal))
 
 
-# ---------------------------------------------------------------- the estimate: docs/memory-plan.md
+# ---------------------------------------------------------------- the estimate: docs/paper-run.md
 class Cost(NamedTuple):
     gpu_hours: tuple  # (low, high)
     disk_gb: float  # what the stage leaves on disk
@@ -243,7 +243,7 @@ class Cost(NamedTuple):
 
 
 def estimate(stage, args):
-    """A stage's Cost: docs/memory-plan.md's arithmetic, scaled by model size, batch and samples;
+    """A stage's Cost: docs/paper-run.md's arithmetic, scaled by model size, batch and samples;
     None where there is nothing to scale (tiny, compare) or the model's size is unknown."""
     params = args.params_b or PARAMS_B.get(args.model)
     if args.model == "tiny" or stage.kind not in ("train", "eval") or params is None:
@@ -289,7 +289,7 @@ def print_plan(stages, args):
         peak = max([c.peak_gb for c in costs] or [0])
         print(f"estimate for the stages left, not a measurement: ~{low:,.0f}-{high:,.0f} GPU-hours "
               f"and ~{disk:,.0f} GB of disk (~{peak:,.0f} GB more while a checkpoint is saved), "
-              "scaled from docs/memory-plan.md (8 x H100, Qwen2.5-7B, 1,000-3,000 tokens a "
+              "scaled from docs/paper-run.md (8 x H100, Qwen2.5-7B, 1,000-3,000 tokens a "
               "completion)")
         print(f"wall-clock: ~{low / 8 / 24:,.0f}-{high / 8 / 24:,.0f} days on one 8-GPU node, "
               "about that over N on N nodes if a step scales with the GPUs (stages run one by one)")

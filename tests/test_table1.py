@@ -51,7 +51,7 @@ def test_table1_commands_estimate_and_bad_flags(tmp_path, capsys):
     assert {n for n, s in states.items() if s != "skip"} == \
         {"dapo/seed0/train", "dapo/seed0/eval", "f-dapo/seed0/train", "f-dapo/seed0/eval",
          "compare/dapo/seed0"}
-    # docs/memory-plan.md: 4-6 min a step on 8 GPUs at 256 x 8; 1 epoch of 39,202 problems at 128
+    # docs/paper-run.md: 4-6 min a step on 8 GPUs at 256 x 8; 1 epoch of 39,202 problems at 128
     # prompts is 306 steps at half that batch; a checkpoint is 12 bytes a parameter (30 + 61 GB)
     cost = TABLE1.estimate(train, args)
     assert cost.gpu_hours == pytest.approx((306 * 8 * 4 / 60 / 2, 306 * 8 * 6 / 60 / 2))
