@@ -1102,8 +1102,9 @@ def main(argv=None):
         if fgrpo.RANK == 0:
             Path(a.out).write_text(json.dumps(found, indent=1, default=str))
     state = {}  # the device, from set_up; the model, built by setup, let go of by the loop
-    plan = TimePlan(time_shares(a), give_up(results, write), since=seconds_since_start())
-    results.update(budget_s=sum(plan.shares.values()), shares_s=plan.shares)
+    imports_s = seconds_since_start()  # the imports, math-verify's too: in the first part's time
+    plan = TimePlan(time_shares(a), give_up(results, write), since=imports_s)
+    results.update(budget_s=sum(plan.shares.values()), shares_s=plan.shares, imports_s=imports_s)
     parts = {"setup": lambda: part_setup(state, SMALL if a.small else QWEN25_05B, placed(state)),
              "logprobs": lambda: part_logprobs(built(state), placed(state), *sizes["lp"]),
              "train": lambda: part_train(built(state), placed(state), sizes["prompts"],

@@ -38,12 +38,21 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     parts = ["setup", "logprobs", "train", "rollout", "memory", "loop"]
     assert r["checks"] == dict.fromkeys(parts, True) and list(r["seconds"]) == parts
     assert list(r["shares_s"]) == parts and sum(r["shares_s"].values()) == r["budget_s"] == 3000
+    # the plan counts from the process's start: the imports (torch's alone takes seconds) are in
+    # the first part's time
+    assert r["seconds"]["setup"] > r["imports_s"] > 1
+    # MFU's count and the peak it is taken against (none on a CPU) in the results
+    assert r["train"]["flops_per_step"] > 0 and r["train"]["bf16_peak_flops"] is None
+    # the loop's runs had SDPA's math backend alone
+    assert r["loop"]["attention"].startswith("SDPA's math backend alone")
     assert re.findall(r"^\[(\w+)\] ok in [\d.]+ s of [\d.]+ s: ", out.stdout, re.M) == parts
     assert r["rollout"]["sampler"] == ("vllm" if importlib.util.find_spec("vllm") else
                                        "transformers generate() (vLLM is not installed)")
     # every weight the trainer holds changed before the sync: 2 layers of 12, embeddings, the
     # untied lm_head and the final norm
     assert r["rollout"]["perturbed"] == "27/27" and r["rollout"]["not_perturbed"] == []
+    if not r["vllm"]:  # the stand-in engine: what it received, tensor by tensor, bit for bit
+        assert r["rollout"]["tensors_equal"] == "27/27" and r["rollout"]["not_received"] == []
     # the loop's own files, read here: the resumed run equals the uninterrupted one step by step...
     straight, resumed = _metrics(work / "straight"), _metrics(work / "resumed")
     assert [m["step"] for m in resumed] == list(range(1, 7)) and resumed == straight
