@@ -134,9 +134,9 @@ class OutOfTime(Exception):
 def seconds_since_start():
     """Seconds since the check began: since this process started (Linux's /proc/self/stat), its
     imports included, or, in a rank torchrun started for it, since the launching process did
-    (CHECK_START, set by main); 0 where it cannot tell."""
-    if "CHECK_START" in os.environ:
-        return time.time() - float(os.environ["CHECK_START"])
+    (GPU_CHECK_START, set by main); 0 where it cannot tell."""
+    if "GPU_CHECK_START" in os.environ:
+        return time.time() - float(os.environ["GPU_CHECK_START"])
     try:
         with open("/proc/self/stat") as f:  # field 22, starttime: clock ticks after boot
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])
@@ -996,7 +996,8 @@ def give_up(results, write):
     was found is written, the loop's processes killed, and the check ends with status 1."""
     def stop(part):
         print(f"[{part}] FAILED: still running {GRACE_S:g} s past its mark in the time plan (stuck "
-              "in a CUDA call or a collective?); the check ends here", flush=True)
+              "in a CUDA call, a collective or the process group's set-up?); the check ends here",
+              flush=True)
         results[part] = {"error": f"stuck {GRACE_S:g} s past its mark; the check was ended"}
         results["checks"][part] = False
         write(results)
@@ -1088,7 +1089,7 @@ def main(argv=None):
     a = parse_args(argv)
     check_needs(a)
     if a.device == "cuda" and fgrpo.needs_relaunch():  # more GPUs: this script, a rank per GPU
-        os.environ["CHECK_START"] = str(time.time() - seconds_since_start())  # the ranks' too
+        os.environ["GPU_CHECK_START"] = str(time.time() - seconds_since_start())  # the ranks' too
         fgrpo.relaunch_under_torchrun()
         return 0
     work = Path(a.work or tempfile.mkdtemp(prefix="gpu_check_"))

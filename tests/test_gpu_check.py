@@ -38,21 +38,11 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     parts = ["setup", "logprobs", "train", "rollout", "memory", "loop"]
     assert r["checks"] == dict.fromkeys(parts, True) and list(r["seconds"]) == parts
     assert list(r["shares_s"]) == parts and sum(r["shares_s"].values()) == r["budget_s"] == 3000
-    # the plan counts from the process's start: the imports (torch's alone takes seconds) are in
-    # the first part's time
-    assert r["seconds"]["setup"] > r["imports_s"] > 1
-    # MFU's count and the peak it is taken against (none on a CPU) in the results
-    assert r["train"]["flops_per_step"] > 0 and r["train"]["bf16_peak_flops"] is None
-    # the loop's runs had SDPA's math backend alone
-    assert r["loop"]["attention"].startswith("SDPA's math backend alone")
+    _check_what_the_stand_in_reports(r)
     assert re.findall(r"^\[(\w+)\] ok in [\d.]+ s of [\d.]+ s: ", out.stdout, re.M) == parts
-    assert r["rollout"]["sampler"] == ("vllm" if importlib.util.find_spec("vllm") else
-                                       "transformers generate() (vLLM is not installed)")
     # every weight the trainer holds changed before the sync: 2 layers of 12, embeddings, the
     # untied lm_head and the final norm
     assert r["rollout"]["perturbed"] == "27/27" and r["rollout"]["not_perturbed"] == []
-    if not r["vllm"]:  # the stand-in engine: what it received, tensor by tensor, bit for bit
-        assert r["rollout"]["tensors_equal"] == "27/27" and r["rollout"]["not_received"] == []
     # the loop's own files, read here: the resumed run equals the uninterrupted one step by step...
     straight, resumed = _metrics(work / "straight"), _metrics(work / "resumed")
     assert [m["step"] for m in resumed] == list(range(1, 7)) and resumed == straight
@@ -84,6 +74,21 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     (work / "resumed" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     (work / "resumed.log").write_text(log.replace(f"step {stopped + 1}/", "step 1/"))
     assert not gpu_check.judge_loop(work, dict(keep))[1]
+
+
+def _check_what_the_stand_in_reports(r):
+    """The stand-in's results beyond pass or fail."""
+    assert r["rollout"]["sampler"] == ("vllm" if importlib.util.find_spec("vllm") else
+                                       "transformers generate() (vLLM is not installed)")
+    # the plan counts from the process's start: the imports (torch's alone takes seconds) are in
+    # the first part's time
+    assert r["seconds"]["setup"] > r["imports_s"] > 1
+    # MFU's count and the peak it is taken against (none on a CPU) in the results
+    assert r["train"]["flops_per_step"] > 0 and r["train"]["bf16_peak_flops"] is None
+    if not r["vllm"]:  # the stand-in engine: what it received, tensor by tensor, bit for bit
+        assert r["rollout"]["tensors_equal"] == "27/27" and r["rollout"]["not_received"] == []
+    # the loop's runs had SDPA's math backend alone
+    assert r["loop"]["attention"].startswith("SDPA's math backend alone")
 
 
 # ---------------------------------------------------------------- issue 30: gpu-check's blind spot,
@@ -322,6 +327,7 @@ def test_gpu_check_stops_a_part_at_its_mark_and_ends_a_stuck_one_with_the_check(
 SET_UP_HARNESS = r"""
 import signal, sys, time
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+time.sleep(4)  # slow imports, as from a cold file system
 import gpu_check
 gpu_check.GRACE_S = 0.5
 gpu_check.vllm_installed = lambda: False  # the plan without vLLM: 540 s
@@ -340,7 +346,7 @@ def test_gpu_check_watches_the_process_group_set_up_from_the_process_start(tmp_p
     # the process group's set-up runs in the first part's time, under its mark and the watchdog,
     # and the plan counts from the process's start, its imports included: a set-up stuck where
     # no signal reaches ends the check GRACE_S after the first part's mark (memory: 15 s), 15.5 s
-    # after the process started, not that long after the imports
+    # after the process started, not that long after its imports (over 4 s here)
     (tmp_path / "harness.py").write_text(SET_UP_HARNESS)
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(ROOT)],
@@ -349,7 +355,7 @@ def test_gpu_check_watches_the_process_group_set_up_from_the_process_start(tmp_p
     assert out.returncode == 1, out.stdout + out.stderr[-3000:]
     imported = float(re.search(r"imported after ([\d.]+)", out.stdout).group(1))
     assert out.stdout.splitlines()[-1].startswith("[memory] FAILED: still running 0.5 s past")
-    assert 15.5 <= seconds < 15.5 + 3 and imported > 1  # torch's import alone takes seconds
+    assert imported > 4 and 15.5 <= seconds < 15.5 + 4
     r = json.loads((tmp_path / "results.json").read_text())
     assert r["checks"] == {"memory": False} and r["shares_s"] == {"memory": 15}
 
