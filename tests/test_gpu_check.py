@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -37,9 +38,8 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     parts = ["setup", "logprobs", "train", "rollout", "memory", "loop"]
     assert r["checks"] == dict.fromkeys(parts, True) and list(r["seconds"]) == parts
     assert list(r["shares_s"]) == parts and sum(r["shares_s"].values()) == r["budget_s"] == 3000
+    _check_what_the_stand_in_reports(r)
     assert re.findall(r"^\[(\w+)\] ok in [\d.]+ s of [\d.]+ s: ", out.stdout, re.M) == parts
-    assert r["rollout"]["sampler"] == ("vllm" if importlib.util.find_spec("vllm") else
-                                       "transformers generate() (vLLM is not installed)")
     # every weight the trainer holds changed before the sync: 2 layers of 12, embeddings, the
     # untied lm_head and the final norm
     assert r["rollout"]["perturbed"] == "27/27" and r["rollout"]["not_perturbed"] == []
@@ -74,6 +74,21 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     (work / "resumed" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     (work / "resumed.log").write_text(log.replace(f"step {stopped + 1}/", "step 1/"))
     assert not gpu_check.judge_loop(work, dict(keep))[1]
+
+
+def _check_what_the_stand_in_reports(r):
+    """The stand-in's results beyond pass or fail."""
+    assert r["rollout"]["sampler"] == ("vllm" if importlib.util.find_spec("vllm") else
+                                       "transformers generate() (vLLM is not installed)")
+    # the plan counts from the process's start: the imports (torch's alone takes seconds) are in
+    # the first part's time
+    assert r["seconds"]["setup"] > r["imports_s"] > 1
+    # MFU's count and the peak it is taken against (none on a CPU) in the results
+    assert r["train"]["flops_per_step"] > 0 and r["train"]["bf16_peak_flops"] is None
+    if not r["vllm"]:  # the stand-in engine: what it received, tensor by tensor, bit for bit
+        assert r["rollout"]["tensors_equal"] == "27/27" and r["rollout"]["not_received"] == []
+    # the loop's runs had SDPA's math backend alone
+    assert r["loop"]["attention"].startswith("SDPA's math backend alone")
 
 
 # ---------------------------------------------------------------- issue 30: gpu-check's blind spot,
@@ -112,6 +127,86 @@ def test_sync_weights_streams_every_weight_the_trainer_holds():
     assert torch.allclose(engine.logprobs([[3, 4]], ids), lp[0, 1:].detach(), atol=1e-5)
 
 
+def _qwen2(tied, seed=0):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=tied,
+                         max_position_embeddings=64)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def _skipping(name, sync_weights=fgrpo.sync_weights):
+    """A planted bug: a sync that streams every state_dict() entry but `name`."""
+    def planted(engine, model):
+        every = model.state_dict
+        model.state_dict = lambda: {k: v for k, v in every().items() if k != name}
+        try:
+            sync_weights(engine, model)
+        finally:
+            del model.state_dict
+    return planted
+
+
+def _stale(name, model, sync_weights=fgrpo.sync_weights):
+    """A planted bug: a sync that streams `name` as it was when planted (a cached copy)."""
+    cached = model.state_dict()[name].clone()
+
+    def planted(engine, model):
+        every = model.state_dict
+        model.state_dict = lambda: {**every(), name: cached}
+        try:
+            sync_weights(engine, model)
+        finally:
+            del model.state_dict
+    return planted
+
+
+def _check_sync(gpu_check, model):
+    """gpu_check.check_sync into the stand-in, on 2 prompts of digits (a tokenizer of its own)."""
+    from types import SimpleNamespace
+    def tok(text, add_special_tokens):
+        return SimpleNamespace(input_ids=[2 + int(c) for c in text])
+    engine = gpu_check.EngineStandIn(model, torch.device("cpu"))
+    return gpu_check.check_sync(model, tok, engine, ["3141", "2718"], torch.device("cpu"))
+
+
+def test_gpu_check_stand_in_fails_a_sync_that_skips_a_norm_or_the_tied_embedding(monkeypatch):
+    # the stand-in compares what it received with the trainer's weights after the update, tensor
+    # by tensor, bit for bit: a sync that skips the final norm or one layer norm fails, however
+    # little a stale norm moves the log-probs, and so does one that streams a stale copy of a
+    # norm; on a tied model (Qwen2.5-0.5B's) a sync that skips the tied weight fails though it
+    # streams lm_head.weight, the same matrix, which vLLM does not load (a tied weight's alias)
+    gpu_check = _gpu_check()
+    untied = {"model.norm.weight": 26, "model.layers.1.input_layernorm.weight": 26}
+    for name, equal in untied.items():
+        monkeypatch.setattr(fgrpo, "sync_weights", _skipping(name))
+        result, passed = _check_sync(gpu_check, _qwen2(tied=False))
+        assert not passed and result["not_received"] == [name], name
+        assert result["tensors_equal"] == f"{equal}/27" and result["received_unequal"] == []
+    # the layer norm's log-probs: 6.9e-4 from the trainer's, inside fp32's 1e-3 (as a stale norm
+    # is inside bf16's 0.2 on a GPU): the log-prob line alone would pass it
+    assert result["sync_max_diff"] < result["sync_tolerance"]
+    model = _qwen2(tied=False)
+    monkeypatch.setattr(fgrpo, "sync_weights", _stale("model.layers.0.post_attention_layernorm"
+                                                      ".weight", model))
+    result, passed = _check_sync(gpu_check, model)
+    assert not passed and result["not_received"] == []
+    assert result["received_unequal"] == ["model.layers.0.post_attention_layernorm.weight"]
+    monkeypatch.setattr(fgrpo, "sync_weights", _skipping("model.embed_tokens.weight"))
+    result, passed = _check_sync(gpu_check, _qwen2(tied=True))
+    assert not passed and result["not_received"] == ["model.embed_tokens.weight"]
+    assert result["tensors_equal"] == "25/26" and result["received_unequal"] == []
+    assert result["sync_max_diff"] > result["sync_tolerance"]  # the engine's embedding is stale
+    # the real sync passes, tied or not: every tensor received and equal, log-probs too
+    monkeypatch.undo()
+    for tied, count in ((False, "27/27"), (True, "26/26")):
+        result, passed = _check_sync(gpu_check, _qwen2(tied=tied))
+        assert passed and result["tensors_equal"] == count, result
+        assert result["not_received"] == result["received_unequal"] == []
+        assert result["stale_mean_diff"] >= 5 * result["sync_tolerance"]  # the change shows
+
+
 SYNC_HARNESS = r"""
 import json, sys
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
@@ -121,7 +216,8 @@ torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore()
                                      world_size=1)
 device = torch.device("cpu")
 state = {}
-gpu_check.part_setup(state, gpu_check.SMALL, device)  # --small's model, sharded by FSDP2
+shape = dict(gpu_check.SMALL, tie_word_embeddings=sys.argv[2] == "tied")
+gpu_check.part_setup(state, shape, device)  # --small's model, sharded by FSDP2
 tok = fgrpo.build_tiny(0, warm_steps=0)[1]
 sync_weights = fgrpo.sync_weights
 def skipping(word):  # the planted bug: a sync that streams all but the weights named `word`
@@ -132,12 +228,22 @@ def skipping(word):  # the planted bug: a sync that streams all but the weights 
         del model.state_dict
     return planted
 found = {}
-for word in ("none", "embed_tokens", "lm_head"):
+for word in sys.argv[3:]:
     fgrpo.sync_weights = sync_weights if word == "none" else skipping(word)
     engine = gpu_check.EngineStandIn(state["model"], device)
     found[word] = gpu_check.check_sync(state["model"], tok, engine, ["max(3,9,1,4,7)="], device)
 print("RESULT " + json.dumps(found))
 """
+
+
+def _sync_harness(tmp_path, tied, *words):
+    """SYNC_HARNESS's results, word by word: check_sync of a sync that skips the state_dict()
+    entries whose names hold the word ("none": the real sync)."""
+    (tmp_path / "harness.py").write_text(SYNC_HARNESS)
+    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(ROOT), tied, *words],
+                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[7:])
 
 
 @pytest.mark.slow
@@ -146,16 +252,34 @@ def test_gpu_check_sync_fails_a_sync_that_skips_the_embeddings_or_the_lm_head(tm
     # unsharded): it must see every weight changed and pass the real sync, and fail one that
     # skips embed_tokens or the untied lm_head. The check it replaces perturbed the root's
     # transient copies, which state_dict() drops: only the decoder layers changed
-    (tmp_path / "harness.py").write_text(SYNC_HARNESS)
-    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(ROOT)],
-                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    found = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[7:])
+    found = _sync_harness(tmp_path, "untied", "none", "embed_tokens", "lm_head")
     for word, (result, passed) in found.items():
         assert result["perturbed"] == "27/27" and result["not_perturbed"] == []
         assert result["stale_mean_diff"] >= 5 * result["sync_tolerance"]  # the change shows
         assert passed == (word == "none"), word
         assert (result["sync_max_diff"] <= 1e-5) == (word == "none"), word  # fp32: equal
+        skipped = [] if word == "none" else [f"model.{word}.weight".replace("model.lm", "lm")]
+        assert result["not_received"] == skipped and result["received_unequal"] == []
+
+
+@pytest.mark.slow
+def test_gpu_check_sync_under_fsdp2_fails_a_sync_that_skips_a_norm_or_the_tied_weight(tmp_path):
+    # as above, FSDP2's gathered weights against what the stand-in received, tensor by tensor:
+    # a sync that skips the final norm or one layer norm fails; so, on a tied model, does one
+    # that skips the tied weight (embed_tokens), whose alias lm_head.weight vLLM does not load;
+    # one that skips only the alias passes, as with vLLM
+    untied = _sync_harness(tmp_path, "untied", "none", "model.norm.", "layers.1.input_layernorm")
+    tied = _sync_harness(tmp_path, "tied", "none", "embed_tokens", "lm_head")
+    assert untied["none"][1] and tied["none"][1] and tied["lm_head"][1]
+    assert untied["none"][0]["tensors_equal"] == "27/27"
+    assert tied["none"][0]["tensors_equal"] == "26/26"
+    assert not untied["model.norm."][1] and not untied["layers.1.input_layernorm"][1]
+    assert untied["model.norm."][0]["not_received"] == ["model.norm.weight"]
+    assert untied["layers.1.input_layernorm"][0]["not_received"] == [
+        "model.layers.1.input_layernorm.weight"]
+    assert not tied["embed_tokens"][1]
+    assert tied["embed_tokens"][0]["not_received"] == ["model.embed_tokens.weight"]
+    assert tied["embed_tokens"][0]["perturbed"] == "27/27"  # lm_head.weight too: the same matrix
 
 
 PLAN_HARNESS = r"""
@@ -198,6 +322,154 @@ def test_gpu_check_stops_a_part_at_its_mark_and_ends_a_stuck_one_with_the_check(
     pid = int((tmp_path / "child.pid").read_text())
     status = Path(f"/proc/{pid}/status")
     assert not status.exists() or "zombie" in status.read_text()  # killed with the check
+
+
+SET_UP_HARNESS = r"""
+import signal, sys, time
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+time.sleep(4)  # slow imports, as from a cold file system
+import gpu_check
+gpu_check.GRACE_S = 0.5
+gpu_check.vllm_installed = lambda: False  # the plan without vLLM: 540 s
+def stuck(a):  # the process group's set-up where no signal reaches it (a hung NCCL rendezvous)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    time.sleep(600)
+gpu_check.set_up = stuck
+print("imported after", gpu_check.seconds_since_start(), flush=True)
+sys.exit(gpu_check.main(["--device", "cpu", "--parts", "memory", "--budget", "540",
+                         "--out", "results.json"]))
+"""
+
+
+@pytest.mark.slow
+def test_gpu_check_watches_the_process_group_set_up_from_the_process_start(tmp_path):
+    # the process group's set-up runs in the first part's time, under its mark and the watchdog,
+    # and the plan counts from the process's start, its imports included: a set-up stuck where
+    # no signal reaches ends the check GRACE_S after the first part's mark (memory: 15 s), 15.5 s
+    # after the process started, not that long after its imports (over 4 s here)
+    (tmp_path / "harness.py").write_text(SET_UP_HARNESS)
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(ROOT)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    seconds = time.monotonic() - t0
+    assert out.returncode == 1, out.stdout + out.stderr[-3000:]
+    imported = float(re.search(r"imported after ([\d.]+)", out.stdout).group(1))
+    assert out.stdout.splitlines()[-1].startswith("[memory] FAILED: still running 0.5 s past")
+    assert imported > 4 and 15.5 <= seconds < 15.5 + 4
+    r = json.loads((tmp_path / "results.json").read_text())
+    assert r["checks"] == {"memory": False} and r["shares_s"] == {"memory": 15}
+
+
+def test_gpu_check_time_plan_is_the_one_the_docs_state(monkeypatch):
+    # the plan's totals, with and without vLLM, as the Makefile, README and docs/bench.md state
+    # them, and docs/bench.md's table of shares; --budget scales the whole plan, so a part run
+    # alone (--parts) has the time it has in a full check, not the whole budget
+    gpu_check = _gpu_check()
+    plan = sum(gpu_check.PLAN_S.values())
+    with_vllm = plan + gpu_check.VLLM_START_S
+    assert (plan, with_vllm) == (540, 720)
+    stated = f"a plan of {plan // 60} minutes ({with_vllm // 60} with vLLM)"
+    makefile = (ROOT / "Makefile").read_text()
+    gpu_check_target = next(b for b in makefile.split("\n\n") if "\ngpu-check:" in b)
+    readme = (ROOT / "README.md").read_text()
+    paragraph = readme[readme.index("**First, `make gpu-check`**"):].split("\n\n")[0]
+    bench = (ROOT / "docs" / "bench.md").read_text()
+    for name, text in (("Makefile", gpu_check_target), ("README.md", paragraph),
+                       ("docs/bench.md", bench), ("gpu_check.py", gpu_check.__doc__)):
+        assert stated in " ".join(text.split()), name
+    rows = [f"| {name} | {share} s |" for name, share in gpu_check.PLAN_S.items()]
+    rows += [f"| (rollout, vLLM) | +{gpu_check.VLLM_START_S} s |", f"| total | {plan} s |"]
+    assert all(row in bench for row in rows), rows
+    for installed, total in ((False, plan), (True, with_vllm)):
+        monkeypatch.setattr(gpu_check, "vllm_installed", lambda: installed)
+        whole = gpu_check.time_shares(gpu_check.parse_args([]))
+        assert sum(whole.values()) == total and list(whole) == list(gpu_check.PLAN_S)
+        alone = gpu_check.time_shares(gpu_check.parse_args(["--parts", "loop", "--budget", "360"]))
+        assert alone == {"loop": pytest.approx(270 * 360 / total)}
+        some = gpu_check.time_shares(gpu_check.parse_args(["--parts", "rollout,memory"]))
+        assert some == {"setup": 60, "rollout": total - plan + 90, "memory": 15}
+
+
+def test_gpu_check_counts_train_flops_by_hand():
+    # MFU's numerator on a Qwen2 small enough to count by hand: hidden 8, 2 layers, 2 heads of 4
+    # (1 key-value head), MLP 16, vocabulary 10. A layer: q 8x8 + 8 (bias), k and v 8x4 + 4 each,
+    # o 8x8, gate, up and down 8x16 each, two norms of 8: 72 + 36 + 36 + 64 + 384 + 16 = 608;
+    # two layers and the final norm: 1,224 non-embedding parameters, tied or not. Sequences of
+    # 5 and 4 tokens, 2 and 3 of them response tokens; a forward: 2 x 1,224 x 9 (matmuls)
+    # + 4 x 2 layers x 8 x (5^2 + 4^2) (attention, PaLM's) + 2 x 8 x 10 x 5 (the lm_head at the
+    # 5 response positions) = 22,032 + 2,624 + 800 = 25,456; four forwards' worth (a no-grad
+    # forward, then forward and backward): 101,824
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    gpu_check = _gpu_check()
+    for tied in (False, True):
+        config = Qwen2Config(vocab_size=10, hidden_size=8, intermediate_size=16,
+                             num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                             tie_word_embeddings=tied)
+        model = Qwen2ForCausalLM(config)
+        assert gpu_check.non_embedding_params(model) == 1224
+        assert sum(p.numel() for p in model.parameters()) == 1224 + 80 * (2 - tied)
+        assert gpu_check.train_flops(config, 1224, [5, 4], [2, 3]) == 101_824
+    # the check's own batch (docs/bench.md's figures): 79,129 tokens, 3.21e14 FLOP a call, where
+    # 8 N tokens (N with the embeddings) counted 3.99e14
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(Qwen2Config(vocab_size=gpu_check.VOCAB, **gpu_check.QWEN25_05B))
+    ids, attn, mask = fgrpo.collate(gpu_check.synthetic_batch(16, 8, 2048), 0)
+    flops = gpu_check.train_flops(model.config, gpu_check.non_embedding_params(model),
+                                  attn.sum(-1).tolist(), mask.sum(-1).tolist())
+    assert (len(ids), int(attn.sum())) == (128, 79_129) and round(flops / 1e12) == 321
+    assert round(8 * sum(p.numel() for p in model.parameters()) * 79_129 / 1e12) == 399
+    assert gpu_check.bf16_peak("NVIDIA H200 NVL") == (835e12, "H200 NVL")
+    assert gpu_check.bf16_peak("NVIDIA H200") == (989e12, "H200")
+    assert gpu_check.bf16_peak("NVIDIA A10") == (125e12, "A10")
+    assert gpu_check.bf16_peak("AMD EPYC") == (None, None)
+
+
+# SDPA's backward warnings in torch's deterministic mode with warn_only=True, as torch's source
+# has them (aten/src/ATen/native/transformers/cuda/attention_backward.cu, TORCH_WARN_ONCE: read at
+# pytorch commit 00afd8f) and as Python prints them in a run's log
+SDPA_WARNINGS = """\
+/usr/lib/python3.12/site-packages/torch/autograd/graph.py:869: UserWarning: Flash Attention \
+defaults to a non-deterministic algorithm. To explicitly enable determinism call \
+torch.use_deterministic_algorithms(True, warn_only=False). (Triggered internally at \
+/pytorch/aten/src/ATen/native/transformers/cuda/attention_backward.cu:124.)
+  return Variable._execution_engine.run_backward(  # Calls into the C++ engine to run the \
+backward pass
+/usr/lib/python3.12/site-packages/torch/autograd/graph.py:869: UserWarning: Memory Efficient \
+attention defaults to a non-deterministic algorithm. To explicitly enable determinism call \
+torch.use_deterministic_algorithms(True, warn_only=False). (Triggered internally at \
+/pytorch/aten/src/ATen/native/transformers/cuda/attention_backward.cu:900.)
+/usr/lib/python3.12/site-packages/torch/autograd/graph.py:869: UserWarning: cuDNN Attention \
+defaults to a non-deterministic algorithm. To explicitly enable determinism call \
+torch.use_deterministic_algorithms(True, warn_only=False). (Triggered internally at \
+/pytorch/aten/src/ATen/native/transformers/cuda/attention_backward.cu:213.)
+"""
+
+
+def test_gpu_check_loop_runs_attention_on_sdpa_math_and_names_a_fused_backward():
+    # the loop's runs leave SDPA its math backend alone, whose backward is matmuls and a softmax:
+    # on this CPU too an SDPA call then runs it, not the fused flash kernel it runs by default;
+    # and the fused backwards' own warnings (flash, memory-efficient, cuDNN), which warn_only
+    # lets run nondeterministically, are named in nondeterministic_ops
+    import torch.nn.functional as F
+    gpu_check = _gpu_check()
+    q = torch.randn(1, 2, 8, 4, requires_grad=True)
+    assert "Flash" in type(F.scaled_dot_product_attention(q, q, q, is_causal=True).grad_fn).__name__
+    flags = ("flash", "mem_efficient", "cudnn", "math")
+    saved = [getattr(torch.backends.cuda, f"{f}_sdp_enabled")() for f in flags]
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        assert gpu_check.deterministic_mode() == ["math"]
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+        out = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        assert "Attention" not in type(out.grad_fn).__name__  # composite ops: math
+    finally:
+        for flag, on in zip(flags, saved):
+            getattr(torch.backends.cuda, f"enable_{flag}_sdp")(on)
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    assert gpu_check.nondeterministic_ops(SDPA_WARNINGS) == [
+        "Flash Attention", "Memory Efficient attention", "cuDNN Attention"]
+    assert gpu_check.nondeterministic_ops("SDPA backends: math\nstep 1/6 reward 0.1\n") == []
 
 
 def _write_run(folder, rows, weights):
@@ -252,7 +524,7 @@ def test_gpu_check_tells_a_resume_bug_from_gpu_noise_by_hand(tmp_path):
         finally:
             torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
     logged = "\n".join(str(w.message) for w in caught)
-    assert re.findall(gpu_check.NONDETERMINISTIC, logged) == ["put_"]
+    assert gpu_check.nondeterministic_ops(logged) == ["put_"]
 
 
 def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_path,
