@@ -116,10 +116,11 @@ def verl_process(cases_file, out_file):
 
 def _verl_batch(kind, seed=0, turns=1):
     """A batch of one kind of reward, as verl holds it: groups of SIZES rollouts whose rows are
-    shuffled through the batch, each score on its response's last token of a ragged mask, and
-    verl's uid per row; V1's key per row, `turns` rows a session. kind: "0/1" correctness; "bonus": plus a 0.1 format reward on every
-    answer; "continuous": a partial credit in [0, 1], right above 0.5; "dapo": verl's DAPO
-    reward, +-1 plus the overlong penalty min(-(L - (MAX_LEN - BUFFER)) / BUFFER * FACTOR, 0).
+    shuffled through the batch, each score on its response's last token of a ragged mask, verl's
+    uid per row, and V1's key per row with `turns` rows a session. kind: "0/1" correctness;
+    "bonus": plus a 0.1 format reward on every answer; "continuous": a partial credit in [0, 1],
+    right above 0.5; "dapo": verl's DAPO reward, +-1 plus the overlong penalty
+    min(-(L - (MAX_LEN - BUFFER)) / BUFFER * FACTOR, 0).
     -> (case for verl_process, rows of each group, scores (B,), correct (B,) 0/1)"""
     gen = torch.Generator().manual_seed(seed)
     rate = torch.tensor([1.0, 0.0] + [0.5] * (len(SIZES) - 2)).repeat_interleave(
