@@ -37,7 +37,7 @@ class _StandIn(type):
     decorates (ray.remote on a class)."""
 
     def __getattr__(cls, name):
-        return cls
+        return _stand_in_attribute(name)
 
     def __call__(cls, *args, **kwargs):
         decorates = len(args) == 1 and not kwargs and callable(args[0])
