@@ -162,6 +162,9 @@ def check_args(args, error):
 def focal_weight(rewards, gamma):
     """F-GRPO's focal coefficient, one scalar per prompt: rewards (P, N) in {0, 1}, N rollouts of
     each of P prompts -> g (P,). It depends on rewards only: no gradient flows through it."""
+    if gamma != 0 and not ((rewards == 0) | (rewards == 1)).all():
+        raise ValueError("focal_weight counts correct rollouts: rewards must be 0/1; for shaped "
+                         "rewards (verl's +-1, a bonus) pass group_advantages(..., correct=) 0/1")
     # Sec. 4, Eq. 11: mu_hat_pos(x) = X / N, the fraction of correct rollouts
     mu_hat = rewards.float().mean(-1)
     # Sec. 4, Eq. 12: g(x) = (1 - mu_hat_pos(x)) ** gamma

@@ -43,6 +43,19 @@ def test_focal_weight_by_hand():
     assert torch.allclose(fgrpo.focal_weight(r, 2.0), torch.tensor([0.5625, 0.0625, 0.0, 1.0]))
     assert torch.allclose(fgrpo.focal_weight(r, 0.5), torch.tensor([0.75 ** 0.5, 0.5, 0.0, 1.0]))
     assert torch.equal(fgrpo.focal_weight(r, 0.0), torch.ones(4))  # includes 0 ** 0 = 1
+    # rewards that are not 0/1 are refused at gamma > 0: verl's +-1 would give mu_hat = -1/2 for
+    # row 0 and g = 1.5 at gamma 1; correct= 0/1 gives the weight of r, as for 0/1 rewards
+    shaped = 2.0 * r - 1
+    for gamma in (0.5, 1.0):
+        with pytest.raises(ValueError, match=r"group_advantages\(\.\.\., correct=\) 0/1"):
+            fgrpo.focal_weight(shaped, gamma)
+        with pytest.raises(ValueError, match="rewards must be 0/1"):
+            fgrpo.group_advantages(shaped, gamma)
+        with pytest.raises(ValueError, match="rewards must be 0/1"):
+            fgrpo.group_advantages(r, gamma, correct=r + 0.1)
+    adv = fgrpo.group_advantages(shaped, 1.0, correct=r)
+    assert torch.allclose(adv, fgrpo.group_advantages(r.float(), 1.0), atol=1e-5)  # +-1 is 2r - 1
+    assert torch.equal(fgrpo.focal_weight(shaped, 0.0), torch.ones(4))  # gamma 0: plain GRPO
 
 
 def test_group_advantages_by_hand():
@@ -66,7 +79,8 @@ def test_gamma_zero_is_plain_grpo_bit_for_bit():
 def test_all_equal_groups_give_exactly_zero():
     r = torch.tensor([[1.0] * 8, [0.0] * 8, [0.3] * 8])
     for gamma in (0.0, 0.5, 1.0):
-        assert torch.equal(fgrpo.group_advantages(r, gamma), torch.zeros(3, 8))
+        adv = fgrpo.group_advantages(r, gamma, correct=(r > 0.5).float())
+        assert torch.equal(adv, torch.zeros(3, 8))
 
 
 # ---------------------------------------------------------------- policy_loss against hand values

@@ -12,6 +12,11 @@ def bug(name, file, find, replace, why):
 
 
 MUTANTS = [
+    # ---- the focal weight (the pure functions a user pastes)
+    bug("focal_weight_accepts_shaped_rewards", "fgrpo.py",
+        "    if gamma != 0 and not ((rewards == 0) | (rewards == 1)).all():",
+        "    if False:",
+        "verl-style +-1 rewards without correct= give g = 1.5 at gamma 1, without a word"),
     # ---- rewards -> advantages (run_step)
     bug("run_step_gamma_zero", "fgrpo.py",
         "hooks.advantages(rewards, args.gamma, correct=correct)",
@@ -158,7 +163,7 @@ MUTANTS = [
         "enable_chunked_prefill=cuda,",
         "enable_chunked_prefill=True,",
         "fgrpo's CPU engine crashes on a seeded prompt prefilled in pieces (issue 31)"),
-    # ---- integrations/ (issue 28): the focal weight inside verl's and TRL's own trainers
+    # ---- integrations/: the focal weight inside verl's and TRL's own trainers
     bug("verl_gamma_ignored", "integrations/verl_fgrpo.py",
         'float(config["focal_gamma"])',
         "0.0",
@@ -171,6 +176,10 @@ MUTANTS = [
         'scores > config.get("focal_correct_above", 0.0)',
         "scores > 0.0",
         "a format bonus makes every completion count as correct"),
+    bug("verl_score_from_the_largest_token", "integrations/verl_fgrpo.py",
+        "scores = token_level_rewards.sum(-1)",
+        "scores = token_level_rewards.amax(-1)",
+        "the reward read as the one nonzero token: DAPO's -1 becomes the padding's 0, right"),
     bug("verl_groups_assumed_contiguous", "integrations/verl_fgrpo.py",
         "rows[uid].append(i)",
         "rows[i // 5].append(i)",
@@ -183,6 +192,26 @@ MUTANTS = [
         "if self.correct_reward is None:",
         "if True:",
         "correct_reward ignored: a format bonus counts as correct"),
+    bug("trl_correct_threshold_ignored", "integrations/trl_fgrpo.py",
+        "total > self.correct_above",
+        "total > 0",
+        "correct_above ignored: a format bonus in the sum counts as correct"),
+    bug("trl_reward_weights_ignored", "integrations/trl_fgrpo.py",
+        "(rewards * self.reward_weights.to(rewards.device)).nansum(-1)",
+        "rewards.nansum(-1)",
+        "correctness read from another sum than TRL's reward (GRPOConfig.reward_weights)"),
+    bug("trl_none_reward_poisons_the_sum", "integrations/trl_fgrpo.py",
+        "self.reward_weights.to(rewards.device)).nansum(-1)",
+        "self.reward_weights.to(rewards.device)).sum(-1)",
+        "one reward function's None (NaN) makes the sum NaN: a right answer counts as wrong"),
+    bug("trl_unscorable_counts_below_zero", "integrations/trl_fgrpo.py",
+        "((total > self.correct_above) & ~unscorable)",
+        "(total > self.correct_above)",
+        "at a T below 0 a completion no reward function scored (sum 0) counts as right"),
+    bug("trl_eval_groups_of_training_size", "integrations/trl_fgrpo.py",
+        "size = self.num_generations if self.model.training else self.num_generations_eval",
+        "size = self.num_generations",
+        "evaluation's groups (num_generations_eval) weighted as training's"),
     bug("trl_weights_of_the_first_process", "integrations/trl_fgrpo.py",
         "start = self.accelerator.process_index * local_size",
         "start = 0",

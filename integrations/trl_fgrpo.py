@@ -6,20 +6,26 @@ loss_type, scale_rewards ("group", "batch", "none") and process count of TRL wor
     import sys; sys.path.insert(0, FGRPO)        # this repository's folder
     from integrations.trl_fgrpo import FGRPOTrainer
     trainer = FGRPOTrainer(model=..., reward_funcs=[accuracy, format_bonus], args=GRPOConfig(...),
-                           train_dataset=..., focal_gamma=0.5, correct_reward="accuracy")
+                           train_dataset=..., focal_gamma=0.5, correct_reward="accuracy",
+                           correct_above=0.0)
     trainer.train()                              # accelerate launch / torchrun: as GRPOTrainer
 
 focal_gamma: 0.5 is the paper's for GRPO and DAPO, 1.0 for CISPO; 0 is GRPOTrainer exactly.
-correct_reward: the name of the reward function whose value > 0 marks a correct completion;
-default: the weighted sum of every reward function > 0. Name one whenever a format reward or
-other shaping is in the sum, or a well-formatted wrong answer counts as correct.
+correct_reward: the name of the reward function that says whether a completion is correct;
+default: the weighted sum of every reward function, as TRL's reward. Name one whenever a format
+reward or other shaping is in the sum, or a well-formatted wrong answer counts as correct.
+correct_above: T, 0 by default: a completion is correct when that reward is above T (verl's
+focal_correct_above). Set T between the lowest right score and the highest wrong one: 0.5 for
+0/1 correctness plus a bonus under 0.5; 0 for +-1 scores; -0.5 for +-1 plus DAPO's overlong
+penalty while its factor is under 1.5 (a right answer at the length limit scores 1 - factor).
+A completion every reward function scored None counts as wrong, whatever T.
 """
 import fgrpo
 from trl import GRPOTrainer
 
 
 class FGRPOTrainer(GRPOTrainer):
-    def __init__(self, *args, focal_gamma, correct_reward=None, **kwargs):
+    def __init__(self, *args, focal_gamma, correct_reward=None, correct_above=0.0, **kwargs):
         super().__init__(*args, **kwargs)
         if focal_gamma < 0:
             raise ValueError(f"FGRPOTrainer: focal_gamma must be >= 0, got {focal_gamma}")
@@ -28,6 +34,7 @@ class FGRPOTrainer(GRPOTrainer):
                              f"reward functions {self.reward_func_names}")
         self.focal_gamma = focal_gamma
         self.correct_reward = correct_reward
+        self.correct_above = float(correct_above)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # (all processes' completions, reward functions), gathered by TRL: a group may be split
@@ -44,7 +51,8 @@ class FGRPOTrainer(GRPOTrainer):
             total = (rewards * self.reward_weights.to(rewards.device)).nansum(-1)
         else:
             total = rewards[:, self.reward_func_names.index(self.correct_reward)]
-        correct = (total > 0).float()  # an unscorable completion (NaN) counts as wrong
+        unscorable = rewards.isnan().all(-1)  # TRL: every reward function returned None
+        correct = ((total > self.correct_above) & ~unscorable).float()
         size = self.num_generations if self.model.training else self.num_generations_eval
         # Sec. 4, Eq. 11-12: g(x) = (1 - #correct / N) ** gamma, one per group of N
         weights = fgrpo.focal_weight(correct.view(-1, size), self.focal_gamma)

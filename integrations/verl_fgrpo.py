@@ -10,7 +10,8 @@ process that imports verl. From a verl checkout, with this repository at FGRPO:
         +algorithm.focal_gamma=0.5 ...        # the paper: 0.5 for GRPO and DAPO, 1.0 for CISPO
 
 A completion counts as correct when its reward is above 0 (+algorithm.focal_correct_above=T to
-change it): set T whenever rewards are shaped (a format bonus, DAPO's length penalty).
+change it): set T whenever rewards are shaped (a format bonus, DAPO's length penalty) or hold
+the KL term (algorithm.use_kl_in_reward=True); docs/integrations.md says which T.
 algorithm.norm_adv_by_std_in_grpo=False (Dr. GRPO) is respected, as in verl's GRPO. On a Ray
 cluster started by hand, give both variables to every node's `ray start` as well.
 """
