@@ -7,7 +7,7 @@
 A planted bug is one exact edit of fgrpo.py, eval.py or integrations/ (bench/mutants.py says
 which and why it is plausible). For each, the tracked files are copied to a scratch folder, the
 edit is made there, and `pytest -x -m "not slow"` runs in it: `make test`'s fast suite, which
-leaves out the tests that start subprocesses, vLLM engines or torchrun (pytest.ini). The bug is
+leaves out the slow tests (whole runs, vLLM engines, torchrun: pytest.ini). The bug is
 caught if a test fails, survives if every test passes; a run past --timeout is neither, and
 counts as not caught. The unchanged copy runs first and must pass. Exit status 1 if a bug was
 not caught or an edit's text is no longer in its file (bench/mutants.py then needs updating).
