@@ -16,7 +16,8 @@ level) that a calibrated test's count falls in (level: P(p < alpha) of an exact 
 per problem and model, pass@k from n samples has variance V_n (exact, from the binomial); the
 subsampling test's delta* spreads sqrt(sum (V_m - V_n) / sum V_n) times as wide as delta (at
 k = 1 sqrt(n/m - 1)), the permutation test's as wide: the theory's share of p < alpha of each,
-and of a calibrated z-test. The table is printed and written to --out.
+and of a calibrated z-test; and for the permutation test at k = 1 its exact level (no Monte Carlo:
+exact_level_k1). The table is printed and written to --out.
 """
 import argparse
 import json
@@ -46,6 +47,7 @@ def build_parser():
     a("--iters", type=int, default=1000, help="--compare's --iters in each repeat")
     a("--alpha", type=float, default=0.05, help="two-sided level")
     a("--seed", type=int, default=0, help="seed of the folders and of the redraws")
+    a("--exact-draws", type=int, default=200, help="null draws behind each exact k = 1 level")
     a("--out", default=str(Path(__file__).with_name("compare_calibration.json")), help="JSON")
     return p
 
@@ -85,6 +87,30 @@ def theory(n, m, rates_a, rates_b, ks, alpha):
             factor.tolist(), "predicted": [phi(s - z * f) + phi(-s - z * f)
                                            for s, f in zip(shift, factor)],
             "calibrated_test": [phi(s - z) + phi(-s - z) for s in shift]}
+
+
+def exact_level_k1(n, rates, alpha, draws, rng):
+    """The permutation test's level at k = 1 without Monte Carlo noise: given each problem's
+    pooled right samples t, A's right ones are Hypergeometric(2n, t, n) (scipy's pmf), their sum
+    S by convolution, |delta| = |sum t - 2 S| / (n P), and p(S) = P(|delta*| >= |delta(S)|);
+    P(p < alpha) averaged over `draws` null draws of t. delta is on a lattice: ties hold it a
+    little below alpha, more so where few samples are right."""
+    from scipy.stats import hypergeom
+    levels = []
+    for _ in range(draws):
+        t = rng.binomial(n, rates) + rng.binomial(n, rates)
+        pmf = np.array([1.0])
+        offset = 0  # the smallest S of the support
+        for pooled in t:
+            low = max(0, pooled - n)
+            offset += low
+            support = np.arange(low, min(pooled, n) + 1)
+            pmf = np.convolve(pmf, hypergeom.pmf(support, 2 * n, pooled, n))
+        distance = np.abs(t.sum() - 2 * (offset + np.arange(len(pmf))))
+        values, which = np.unique(distance, return_inverse=True)
+        at_least = np.cumsum(np.bincount(which, pmf)[::-1])[::-1]  # P(|X*| >= each value)
+        levels.append(pmf[at_least[which] < alpha].sum())
+    return float(np.mean(levels))
 
 
 def wilson(share, repeats, z=NormalDist().inv_cdf(0.975)):
@@ -127,8 +153,10 @@ def row(result):
     cells = [f"k={k}: {x:.1%} ({p:.1%}, {c:.0%})" for k, x, p, c in
              zip(result["k"], result["measured"], result["predicted"], result["calibrated_test"])]
     band = result.get("calibrated_band95")
+    exact = result.get("exact_level_k1")
     return (f"| {result['n']} | {result['test']} | {result['m'] or '-'} | {result['setting']}"
-            f"{f' (band {band[0]}-{band[1]})' if band else ''} | " + " | ".join(cells) + " |")
+            f"{f' (band {band[0]}-{band[1]})' if band else ''}"
+            f"{f', exact k=1 level {exact:.2%}' if exact else ''} | " + " | ".join(cells) + " |")
 
 
 def main():
@@ -150,6 +178,9 @@ def main():
                        **theory(n, m, rates, rates_b, got["k"], args.alpha)}
                 if setting == "null":
                     got["calibrated_band95"] = calibrated_band(args.repeats, level)
+                if setting == "null" and test == "permutation":
+                    got["exact_level_k1"] = exact_level_k1(n, rates, args.alpha,
+                                                           args.exact_draws, rng)
                 results.append(got)
                 print(row(got), flush=True)
     seconds = round(time.time() - start)
