@@ -1945,7 +1945,7 @@ def _binomial_interval(repeats, rate, outside=1e-3):
 def test_compare_default_p_value_is_calibrated_and_finds_a_real_difference(tmp_path, capsys):
     # Two equally good models: the default test says p < 0.05 in 5% of 200 pairs of folders, up
     # to binomial noise (Monte Carlo p = (x + 1) / 201 < 0.05 for x <= 9: 10/201; a 99.9%
-    # band, about 2 to 20 of 200), at n 64 and 1024. The paper's test (App. Q, m = n/4) says it
+    # band, 2 to 21 of 200), at n 64 and 1024. The paper's test (App. Q, m = n/4) says it
     # in about 0.1%, never here; above m = n/2 it says it too often. See docs/eval.md
     rates = np.geomspace(5e-4, 0.9, 30)
     low, high = _binomial_interval(200, 10 / 201)
