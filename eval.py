@@ -1,11 +1,10 @@
-"""pass@k evaluation of any checkpoint on the F-GRPO paper's benchmarks, resumable, with the
-paper's paired subsampling test (Plyusov et al., arXiv 2602.06717, App. L.4, P, Q).
+"""pass@k evaluation of any checkpoint on the F-GRPO paper's benchmarks, resumable, and a paired
+test of two checkpoints (Plyusov et al., arXiv 2602.06717, App. L.4, P, Q).
 
     python eval.py --model Qwen/Qwen2.5-7B --out eval/base      # the paper's: the six, n = 1024
     python eval.py --model runs/x/step_001530 --out eval/a      # a checkpoint of fgrpo.py
-    python eval.py --model PATH --benchmarks math500,aime24 --n 256 --out eval/quick
     python eval.py --model PATH --data problems.jsonl --n 16 --out eval/mine  # problem, answer
-    python eval.py --out eval/a --n 1024 --rescore              # re-verify the saved samples
+    python eval.py --out eval/a --rescore                       # re-verify the saved samples
     python eval.py --compare eval/base eval/a                   # does B beat A? delta and p
     torchrun --nproc_per_node 8 eval.py --model PATH --out eval/a  # data-parallel, as on 8 GPUs
 
@@ -15,6 +14,7 @@ After a kill, run the same command again, on any number of GPUs: it samples only
 import argparse
 import csv
 import datetime
+import functools
 import glob
 import hashlib
 import json
@@ -46,9 +46,8 @@ BENCHMARKS = {
     "minerva": Benchmark("math-ai/minervamath", "test.jsonl", "question", "answer", "math"),
     "olympiadbench": Benchmark("math-ai/olympiadbench", "test.jsonl", "question", "final_answer",
                                "math"),  # a list of answer parts
-    # gated: accept its terms on the Hub and log in
     "gpqa_diamond": Benchmark("Idavidrein/gpqa", "gpqa_diamond.csv", "Question", "Correct Answer",
-                              "ood"),
+                              "ood"),  # gated: accept its terms on the Hub and log in
 }
 GPQA_WRONG = [f"Incorrect Answer {i}" for i in (1, 2, 3)]
 
@@ -65,48 +64,59 @@ def build_parser():
     a("--temperature", type=float, default=1.0, help="sampling temperature (1.0, App. L.4)")
     a("--top-p", type=float, default=1.0, help="nucleus sampling, top-k off (1.0, App. L.4)")
     a("--max-new-tokens", type=int, default=8192, help="max response tokens (8192, App. L.4)")
-    a("--seed", type=int, default=0, help="sampling seed, also of --compare's subsampling (0)")
+    a("--seed", type=int, default=0, help="sampling seed, also of --compare's redraws (0)")
     a("--out", help="result folder: <benchmark>.jsonl each, results.json")
     a("--rollout", choices=["vllm", "hf"], help="vLLM or transformers; default: vllm if it imports")
     a("--gen-batch", type=int, default=64, help="sequences per generate() call, --rollout hf (64)")
     a("--chunk", type=int, default=32, help="problems sampled and verified between writes (32)")
     a("--rescore", action="store_true", help="verify the saved completions again; sample nothing")
-    a("--compare", nargs=2, metavar=("DIR_A", "DIR_B"),
-      help="test whether B beats A; with --out, into OUT/compare.json too")
-    a("--m", type=int, default=256, help="--compare: samples per problem per subsample (256)")
-    a("--iters", type=int, default=50_000, help="--compare: subsampling iterations (50,000)")
+    a("--compare", nargs=2, metavar=("DIR_A", "DIR_B"), help="does B beat A? --out: compare.json")
+    a("--test", choices=["permutation", "subsampling"], default="permutation",
+      help="--compare's p: an exact permutation test; or App. Q's m-out-of-n subsampling")
+    a("--m", type=int, help="--test subsampling only: samples per subsample (n/4, App. Q)")
+    a("--iters", type=int, default=50_000, help="--compare: redraws behind each p (50,000)")
     a("--alpha", type=float, default=0.05, help="--compare: two-sided level, starred below (0.05)")
     return p
 
-# ---------------------------------------------------------------- the math: pass@k, subsampling
-def pass_at_k(n, c, k):
-    """Unbiased pass@k of each problem from n samples, c correct (arrays): fgrpo.pass_at_k."""
+# ---------------------------------------------------------------- the math: pass@k, the paired test
+def pass_at_k(n, c, k):  # unbiased pass@k of each problem, n samples, c right (arrays): App. P
     n = np.asarray(n)
     if k > n.min():
         raise ValueError(f"pass@{k} needs at least {k} samples per problem; one has {n.min()}")
-    # App. P: pass@k = 1 - C(n-c, k) / C(n, k) = 1 - prod_{i=n-c+1..n} (1 - k/i); 1 if n - c < k
     return np.vectorize(fgrpo.pass_at_k, otypes=[float])(n, c, k)
 
-def powers_of_two(n):
-    """The k of a pass@k curve from n samples: 1, 2, 4, ... below n, then n itself."""
+def powers_of_two(n):  # the k of a pass@k curve from n samples: 1, 2, 4, ... below n, then n
     return [2 ** i for i in range(int(n).bit_length()) if 2 ** i < n] + [int(n)]
 
-def subsample_deltas(a, b, m, ks, iters, rng, chunk=500):
-    """a, b: (samples, correct) arrays (P,) of models A and B -> (iters, len(ks)): mean pass@k(B)
-    - pass@k(A), each from m of n samples drawn without replacement."""
-    table = np.array([[fgrpo.pass_at_k(m, c, k) for k in ks] for c in range(m + 1)])  # (m+1, K)
+@functools.lru_cache(maxsize=None)
+def pass_at_k_table(n, ks):  # (n + 1, K): c = 0..n of n samples right, each k of the tuple ks
+    # App. P: pass@k = 1 - prod_{i=n-c+1..n} (1 - k/i), 1 if n - c < k: a product cumulated over c
+    factors = np.maximum(1 - np.array(ks) / np.arange(n, 0, -1)[:, None], 0)  # i = n, n-1, .., 1
+    return np.vstack([np.zeros(len(ks)), 1 - np.cumprod(factors, 0)])
+
+def redrawn_deltas(a, b, ks, iters, rng, m=None, chunk=500):
+    """a, b: (n, correct (P,)) of models A and B -> (iters, K): mean pass@k(B) - pass@k(A) redrawn.
+    m None: each problem's n_A + n_B samples pooled and dealt again at random, n_A to A, the rest
+    to B; m: m of each model's n samples drawn without replacement, A's and B's apart (App. Q)."""
+    tables = [pass_at_k_table(m or n, tuple(ks)) for n, _ in (a, b)]
+    pooled = a[1] + b[1]
     out = []
     for start in range(0, iters, chunk):
-        size = (min(chunk, iters - start), len(a[0]))
-        ca = rng.hypergeometric(a[1], a[0] - a[1], m, size=size)
-        cb = rng.hypergeometric(b[1], b[0] - b[1], m, size=size)
-        out.append(table[cb].mean(1) - table[ca].mean(1))
+        size = (min(chunk, iters - start), len(pooled))
+        if m:  # a model's right samples among m of its n: hypergeometric
+            ca = rng.hypergeometric(a[1], a[0] - a[1], m, size=size)
+            cb = rng.hypergeometric(b[1], b[0] - b[1], m, size=size)
+        else:  # A's right samples when n_A of the pooled are dealt to A: hypergeometric
+            ca = rng.hypergeometric(pooled, a[0] + b[0] - pooled, a[0], size=size)
+            cb = pooled - ca
+        out.append(tables[1][cb].mean(1) - tables[0][ca].mean(1))
     return np.concatenate(out)
 
-def two_sided_p(deltas):
-    """deltas: (iters, K) -> (K,): twice the smaller share on one side of 0, add-one smoothed."""
-    smaller_side = np.minimum((deltas <= 0).sum(0), (deltas >= 0).sum(0))
-    return np.minimum(1.0, 2 * (smaller_side + 1) / (len(deltas) + 1))
+def two_sided_p(delta, draws, test):  # (K,), add-one smoothed: never 0; 1e-9 absorbs rounding
+    if test == "subsampling":  # App. Q: twice the smaller share of delta* on one side of 0
+        smaller_side = np.minimum((draws <= 0).sum(0), (draws >= 0).sum(0))
+        return np.minimum(1.0, 2 * (smaller_side + 1) / (len(draws) + 1))
+    return ((np.abs(draws) >= np.abs(delta) - 1e-9).sum(0) + 1) / (len(draws) + 1)
 
 # ---------------------------------------------------------------- data: --data, or the Hub
 def load_benchmarks(args):
@@ -114,11 +124,9 @@ def load_benchmarks(args):
     if args.data:  # fgrpo.load_problems names the file and line of a bad record; no answer: out
         problems = [p for p in fgrpo.load_problems(args.data) if p["answer"].strip()]
         return {Path(args.data).stem: ("math", problems)}
-    benches = {}
-    for name in args.benchmarks.split(","):
-        problems = [as_problem(i, r, BENCHMARKS[name]) for i, r in enumerate(hub_rows(name))]
-        benches[name] = (BENCHMARKS[name].domain, problems)
-    return benches
+    return {name: (BENCHMARKS[name].domain,
+                   [as_problem(i, r, BENCHMARKS[name]) for i, r in enumerate(hub_rows(name))])
+            for name in args.benchmarks.split(",")}
 
 def hub_rows(name):  # the rows of a benchmark's Hub file, as dicts
     from huggingface_hub import hf_hub_download
@@ -128,11 +136,10 @@ def hub_rows(name):  # the rows of a benchmark's Hub file, as dicts
     except Exception as e:  # offline, moved, gated: one line, not a traceback
         sys.exit(f"error: {name}: cannot download {bench.file} of the Hub dataset {bench.hub_id} "
                  f"({type(e).__name__})")
-    text = Path(path).read_text("utf-8") if not path.endswith(".parquet") else ""
     if path.endswith(".jsonl"):
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        return [row for _, row in fgrpo.read_records(path)]
     if path.endswith(".csv"):
-        return list(csv.DictReader(text.splitlines(keepends=True)))
+        return list(csv.DictReader(Path(path).read_text("utf-8").splitlines(keepends=True)))
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -198,12 +205,10 @@ def transformers_sampler(args):
     model = model.to("cuda" if cuda else "cpu").eval()
 
     def sample(prompts, seeds):  # each prompt under its own seed: independent of its batch
-        out = []
-        for prompt, seed in zip(prompts, seeds):
-            samples = fgrpo.rollout(model, tok, None, [prompt], args.n, args, seed)
-            out.append(tok.batch_decode([s.completion_ids for s in samples],
-                                        skip_special_tokens=True))
-        return out
+        rollouts = [fgrpo.rollout(model, tok, None, [p], args.n, args, s)
+                    for p, s in zip(prompts, seeds)]
+        return [tok.batch_decode([s.completion_ids for s in samples], skip_special_tokens=True)
+                for samples in rollouts]
     return sample, tok
 
 def load_sampler(args):  # --rollout's; by default vLLM's where it imports, else transformers'
@@ -218,10 +223,10 @@ def load_sampler(args):  # --rollout's; by default vLLM's where it imports, else
         return transformers_sampler(args)
     return transformers_sampler(args) if args.rollout == "hf" else vllm_sampler(args)
 
-def read_finished(path, problems, args, rescore=False):
-    """({index: json line}, {index: scores}, the shards) of the problems finished in `path` and its
-    rank shards (any world size). A line a kill cut short is dropped: that problem is sampled
-    again. `rescore` verifies the saved completions again, against the current golds."""
+def merge(path, problems, args, rescore=False):
+    """Rank 0: the problems finished in `path` and its rank shards (any world size) into `path`, by
+    index (in memory); the shards deleted -> {index: scores}. A line a kill cut short is dropped:
+    that problem is sampled again. `rescore` verifies the saved completions again."""
     shards = sorted(path.parent.glob(glob.escape(path.stem) + ".rank*.jsonl"))
     lines = {}
     scores = {}
@@ -240,11 +245,6 @@ def read_finished(path, problems, args, rescore=False):
                     line = json.dumps(r) + "\n"
                 lines[i] = line  # a problem in two files (a kill mid-merge): the same line
                 scores[i] = r["scores"]
-    return lines, scores, shards
-
-def merge(path, problems, args, rescore=False):
-    """Rank 0: finished problems into `path` by index (in memory), shards deleted -> scores."""
-    lines, scores, shards = read_finished(path, problems, args, rescore)
     tmp = path.with_suffix(".tmp")
     with tmp.open("w", encoding="utf-8") as f:
         f.writelines(lines[i] for i in sorted(lines))
@@ -295,10 +295,9 @@ def benchmark_result(domain, problems, done):
 def report(args, benches, done):
     """pass@k per benchmark, and each domain's average over its benchmarks (Table 1's, not over
     problems), to DIR/results.json, and printed as Table 1 lays it out."""
-    results = {"model": args.model, "benchmarks": {}}
-    for name, (domain, problems) in benches.items():
-        if done[name]:
-            results["benchmarks"][name] = benchmark_result(domain, problems, done[name])
+    results = {"model": args.model, "benchmarks": {
+        name: benchmark_result(domain, problems, done[name])
+        for name, (domain, problems) in benches.items() if done[name]}}
     if not results["benchmarks"]:
         sys.exit(f"error: {args.out} holds no samples of {', '.join(benches)} yet")
     curves = {name: r["pass@k"] for name, r in results["benchmarks"].items()}
@@ -320,12 +319,20 @@ def print_table(rows):  # as markdown, the first row the header
     print("\n".join([lines[0], "|" + "---|" * len(rows[0]), *lines[1:]]))
 
 # ---------------------------------------------------------------- --compare, main
+def subsample_size(args, least):
+    """--test subsampling's m: --m, else n/4 of least, App. Q's 256 of 1024; None: permutation."""
+    m = max(1, least // 4) if args.m is None else args.m
+    if args.test == "subsampling" and not 1 <= m <= least / 2:  # delta* narrower than delta
+        sys.exit(f"error: --m {m} must be 1 to n/2 = {least / 2:g} with --test subsampling: above "
+                 "n/2 it says p < alpha too often when A and B are equally good")
+    if args.test == "subsampling" and m < least / 2:  # delta* sqrt(n/m - 1) times as wide (pass@1)
+        print(f"note: --test subsampling at m {m} of n {least} is conservative: delta* spreads "
+              f"{np.sqrt(least / m - 1):.2f} times as wide as delta, so p runs high")
+    return m if args.test == "subsampling" else None
+
 def compare(dir_a, dir_b, args):
-    """Does model B beat model A? The paper's paired m-out-of-n subsampling test (App. Q):
-    delta(k) = mean over problems of pass@k(B) - pass@k(A) from all n samples; --iters times,
-    each problem's samples subsampled m of n without replacement, for A and B apart; two-sided
-    p = 2 * min(share of delta* <= 0, share >= 0), add-one smoothed. It tests two checkpoints on
-    these problems, not two methods (for that, the seeds vary). Details: docs/eval.md."""
+    """Does B beat A? delta(k) = mean over problems of pass@k(B) - pass@k(A), per benchmark and
+    averaged, with a two-sided p (--test): two checkpoints on these problems, not two methods."""
     paths = [Path(folder) / "results.json" for folder in (dir_a, dir_b)]
     for path in paths:
         if not path.exists():
@@ -333,36 +340,32 @@ def compare(dir_a, dir_b, args):
     a, b = (json.loads(path.read_text())["benchmarks"] for path in paths)
     if a.keys() != b.keys() or any(a[x]["ids"] != b[x]["ids"] for x in a):
         sys.exit(f"error: {dir_a} and {dir_b} hold different problems: compare the same ones")
-    least = min(min(r[x]["samples"]) for r in (a, b) for x in r)
-    if not 1 <= args.m < least:
-        sys.exit(f"error: --m {args.m} must be at least 1 and below the {least} samples a problem")
-    ks = powers_of_two(args.m)
+    least = min(min(r[x]["samples"]) for r in (a, b) for x in r)  # eval.py gives every problem n
+    m = subsample_size(args, least)
+    ks = powers_of_two(m or least)
     rng = np.random.default_rng(args.seed)
-    draws = {}
-    delta = {}
+    drawn = {}  # {benchmark or average: (delta (K,), delta* (iters, K))}
     for x in a:
-        pair = [(np.array(r[x]["samples"]), np.array(r[x]["correct"])) for r in (a, b)]
-        draws[x] = subsample_deltas(*pair, args.m, ks, args.iters, rng)
-        delta[x] = np.array([pass_at_k(*pair[1], k).mean() - pass_at_k(*pair[0], k).mean()
-                             for k in ks])
+        pair = [(r[x]["samples"][0], np.array(r[x]["correct"])) for r in (a, b)]
+        passk = [pass_at_k_table(n, tuple(ks))[c].mean(0) for n, c in pair]  # (K,) of A, of B
+        drawn[x] = (passk[1] - passk[0], redrawn_deltas(*pair, ks, args.iters, rng, m))
     for domain in ("math", "ood"):
         group = [x for x in a if a[x]["domain"] == domain]
         if group:  # an average's delta* is taken within each iteration
-            draws[f"{domain}_avg"] = np.mean([draws[x] for x in group], 0)
-            delta[f"{domain}_avg"] = np.mean([delta[x] for x in group], 0)
-    res = {x: {"k": ks, "delta": delta[x].tolist(), "p": two_sided_p(draws[x]).tolist()}
-           for x in draws}
+            drawn[f"{domain}_avg"] = [np.mean([drawn[x][j] for x in group], 0) for j in (0, 1)]
+    res = {x: {"k": ks, "delta": delta.tolist(), "p": two_sided_p(delta, draws, args.test).tolist()}
+           for x, (delta, draws) in drawn.items()}
     print(f"\ndelta pass@k of {dir_b} minus {dir_a}, two-sided p in brackets, * p < {args.alpha}")
-    rows = [["benchmark", *(f"k={k}" for k in ks)]]
+    rows = [[f"benchmark ({args.test} p)", *(f"k={k}" for k in ks)]]
     for x, r in res.items():
         rows.append([x, *(f"{d:+.1%} ({p:.3f}){'*' * (p < args.alpha)}"
                           for d, p in zip(r["delta"], r["p"]))])
     print_table(rows)
     if args.out:  # {benchmark or average: {"k", "delta" (B minus A), "p"}} and the settings
-        saved = {"a": dir_a, "b": dir_b, "m": args.m, "iters": args.iters, "seed": args.seed}
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        saved = json.dumps({**saved, "results": res}, indent=1)
-        (Path(args.out) / "compare.json").write_text(saved)
+        saved = {"a": dir_a, "b": dir_b, "test": args.test, "m": m, "iters": args.iters,
+                 "seed": args.seed, "results": res}
+        (Path(args.out) / "compare.json").write_text(json.dumps(saved, indent=1))
     return res
 
 def check_args(args):
@@ -371,8 +374,7 @@ def check_args(args):
         sys.exit(f"error: unknown benchmark '{unknown[0]}' in --benchmarks; known: "
                  f"{', '.join(BENCHMARKS)}")
     if args.model and not Path(args.model).exists() and args.model.count("/") != 1:
-        sys.exit(f"error: --model {args.model}: no such folder, and not a Hub id of the form "
-                 "org/name")
+        sys.exit(f"error: --model {args.model}: no such folder, and not a Hub id (org/name)")
     if not args.out or args.n < 1 or args.temperature <= 0 or not 0 < args.top_p <= 1:
         sys.exit("error: --out is required, --n must be >= 1, --temperature > 0, --top-p in (0, 1]")
 
@@ -392,9 +394,7 @@ def main(argv=None):
     for name, (_, problems) in benches.items():
         done[name], sampler = run_benchmark(Path(args.out) / f"{name}.jsonl", problems, sampler,
                                             args)
-    if fgrpo.RANK == 0:  # rank 0 alone prints and writes
-        return report(args, benches, done)
-    return None
+    return report(args, benches, done) if fgrpo.RANK == 0 else None  # rank 0 prints and writes
 
 if __name__ == "__main__":
     main()
