@@ -30,7 +30,6 @@ import json
 import math
 import os
 import shlex
-import shutil
 import signal
 import statistics
 import subprocess
@@ -95,7 +94,7 @@ def parse_args(argv=None):
     a("--eval-flags", default="", metavar="FLAGS", help="extra flags for eval.py's sampling, "
       "e.g. \"--n 256 --benchmarks math500,aime24\"")
     a("--compare-flags", default="", metavar="FLAGS", help="extra flags for eval.py --compare, "
-      "e.g. \"--iters 5000\" (its --m: 256, or the largest power of two below eval.py's --n)")
+      "e.g. \"--iters 5000\" or \"--test subsampling\" (the paper's App. Q test)")
     a("--params-b", type=float, metavar="B", help="billions of parameters, for the estimate of a "
       f"model it does not know (it knows {', '.join(PARAMS_B)})")
     a("--plan", action="store_true", help="print the plan and the estimate, run nothing")
@@ -190,14 +189,6 @@ def base_model(args, seed):
     return str(args.work / "tiny" / f"seed{seed}" / "model") if args.model == "tiny" else args.model
 
 
-def compare_m(args):
-    """--compare's m: the paper's 256, or the largest power of two below eval.py's n (m < n)."""
-    n = peek(tiny_flags(args, 0, "eval") + args.eval_flags, ("--n", "--samples"), int, 1024)
-    if n < 2:
-        sys.exit(f"error: eval.py's --n {n}: the paired test needs at least 2 samples per problem")
-    return min(PAPER_K, 1 << ((n - 1).bit_length() - 1))
-
-
 def run_stages(args, seed):
     """One seed's stages, in running order: [tiny base], base eval, then per pair: train, eval of
     the base run and of the F-run, and their --compare."""
@@ -229,8 +220,8 @@ def compare_stage(args, seed, algo):
     base = args.work / PAIRS[algo][0] / f"seed{seed}" / "eval"
     focal = args.work / PAIRS[algo][1] / f"seed{seed}" / "eval"
     out = args.work / "compare" / algo / f"seed{seed}"
-    cmd = ["python", script("eval.py"), "--compare", str(base), str(focal),
-           "--m", str(compare_m(args)), *args.compare_flags, "--out", str(out)]
+    cmd = ["python", script("eval.py"), "--compare", str(base), str(focal), *args.compare_flags,
+           "--out", str(out)]
     return Stage(f"compare/{algo}/seed{seed}", "compare", PAIRS[algo][1], seed, cmd, out,
                  (base, focal))
 
@@ -598,8 +589,8 @@ def build_table(args):
             for b in r["benchmarks"].values())
     note = ""
     if top != PAPER_K:
-        note = (f"pass@{top} stands in for the paper's pass@256: n = {n} samples a problem, and "
-                f"--compare's m below n, allow no larger k.")
+        note = (f"pass@{top} stands in for the paper's pass@256: n = {n} samples a problem "
+                "allow no larger k.")
     rows = run_rows(evals, columns, ks)
     campaign = args.work / "campaign.json"
     model = json.loads(campaign.read_text())["model"] if campaign.exists() else first["model"]

@@ -46,7 +46,7 @@ def test_table1_commands_estimate_and_bad_flags(tmp_path, capsys):
                              "--model", "Qwen/Qwen2.5-7B", "--algo", "dapo", "--gamma", "0",
                              "--seed", "0", "--out", str(Path("runs/table1/dapo/seed0/train"))]
     assert "--gamma" not in stages["f-dapo/seed0/train"].cmd  # fgrpo.py's default: the paper's
-    assert stages["compare/dapo/seed0"].cmd[-4:-2] == ["--m", "32"]  # below --n 64, a power of 2
+    assert "--m" not in stages["compare/dapo/seed0"].cmd  # the default test: no subsamples
     states = {name: TABLE1.status(s, args) for name, s in stages.items()}
     assert {n for n, s in states.items() if s != "skip"} == \
         {"dapo/seed0/train", "dapo/seed0/eval", "f-dapo/seed0/train", "f-dapo/seed0/eval",
@@ -207,8 +207,8 @@ def _check_table1(work):
     """table1.json and .md against eval.py's results.json, the samples' scores and compare.json."""
     table = json.loads((work / "table1.json").read_text())
     text = (work / "table1.md").read_text()
-    assert table["k"] == [1, 8]  # n = 16: --compare's m is 8, so pass@8 stands in for pass@256
-    assert "pass@8 stands in for the paper's pass@256" in text
+    assert table["k"] == [1, 16]  # n = 16: pass@16 stands in for pass@256
+    assert "pass@16 stands in for the paper's pass@256" in text
     assert table["columns"] == ["held_out", "math_avg"]
     figures = {}
     for run in ("base", "dapo", "f-dapo"):
@@ -218,20 +218,20 @@ def _check_table1(work):
         assert [r["idx"] for r in records] == list(range(64))  # each problem once, after a resume
         c = [int(sum(r["scores"])) for r in records]
         row = table["runs"][run]["seeds"]["0"]
-        for k in ("1", "8"):
+        for k in ("1", "16"):
             assert row["held_out"][k] == res["benchmarks"]["held_out"]["pass@k"][k]
             assert row["math_avg"][k] == res["math_avg"][k]
             assert table["runs"][run]["mean"]["math_avg"][k] == res["math_avg"][k]  # one seed
             by_hand = sum(1 - math.comb(16 - ci, int(k)) / math.comb(16, int(k)) for ci in c) / 64
             assert row["held_out"][k] == pytest.approx(by_hand, abs=1e-12)
         figures[run] = row["math_avg"]
-        cell = f"{100 * row['held_out']['1']:.1f} / {100 * row['held_out']['8']:.1f}"
+        cell = f"{100 * row['held_out']['1']:.1f} / {100 * row['held_out']['16']:.1f}"
         assert f"| {TABLE1.RUNS[run].label} | {cell} | {cell} |" in text
     assert "| DAPO | " in text and "| 39.4 / 69.3 |" in text  # the paper's, beside ours
     test = json.loads((work / "compare" / "dapo" / "seed0" / "compare.json").read_text())["results"]
     pair = table["pairs"]["dapo"]["columns"]["math_avg"]
-    assert test["math_avg"]["k"][0] == 1 and test["math_avg"]["k"][-1] == 8
-    for i, k in ((0, "1"), (-1, "8")):
+    assert test["math_avg"]["k"][0] == 1 and test["math_avg"]["k"][-1] == 16
+    for i, k in ((0, "1"), (-1, "16")):
         assert pair["delta"][k] == [figures["f-dapo"][k] - figures["dapo"][k]]
         assert pair["delta"][k][0] == pytest.approx(test["math_avg"]["delta"][i], abs=1e-12)
         assert pair["p"][k] == [test["math_avg"]["p"][i]]
