@@ -133,10 +133,11 @@ def prepare(work):
 
 
 # ------------------------------------------------------------------------------------------------
-# The real path, recorded for test_fgrpo.py: fgrpo.py's own main() for 2 steps with vLLM, then
-# eval.py's main() on the checkpoint with vLLM and with transformers, in this one process. Spies
-# record what passed between the parts (they change nothing but ask vLLM for the sampled tokens'
-# log-probs too); WORK/path.json holds it all, and the test judges it.
+# The real path, recorded for tests/test_smollm2.py: fgrpo.train for 2 steps with vLLM, then
+# eval.py's main() on the checkpoint with vLLM and with transformers, in this one process. What
+# passed between the parts is recorded through fgrpo.train's Hooks (fgrpo's own functions,
+# wrapped) and a spy on vLLM's generate (which also asks vLLM for the sampled tokens' log-probs);
+# nothing of fgrpo.py is patched. WORK/path.json holds it all, and the test judges it.
 PATH_TRAIN = ["--algo", "dapo", "--rollout", "vllm", "--steps", "2", "--prompts", "8", "--n", "8",
               "--mini-batch", "8", "--micro-batch", "16", "--max-new-tokens", "64", "--lr", "2e-5",
               "--warmup", "0", "--seed", "0"]
@@ -164,47 +165,30 @@ def spy_on_vllm(seen):
     vllm.LLM.generate = spy
 
 
-def spy_on_trainer(fgrpo, seen):
-    """fgrpo's rewards (the texts math-verify scored), the old log-probs train_step computes for
-    the sampled tokens (pi_old, one forward per micro-batch), and the trainer's weights at save."""
-    verify = fgrpo.verify
-    logprobs = fgrpo.micro_batch_logprobs
-    save = fgrpo.save_checkpoint
+def recording_hooks(fgrpo, seen):
+    """fgrpo.train's Hooks, fgrpo's own rollout and verify wrapped: each rollout's samples with
+    the trainer model's log-probs of them at the weights that sampled them (pi_old, before the
+    update), the texts math-verify scored and its scores, and the weights after the last step
+    (what the checkpoint saved after it must hold). They record and change nothing."""
+    def sample(model, tok, engine, prompts, n, args, seed):
+        samples = fgrpo.rollout(model, tok, engine, prompts, n, args, seed)
+        rows = [{"prompt": s.prompt_ids, "completion": s.completion_ids} for s in samples]
+        logps = logprobs_of(model, rows, fgrpo, args.temperature)
+        seen["trainer"] += [{"ids": s.prompt_ids + s.completion_ids, "truncated": s.truncated,
+                             "logp": logp} for s, logp in zip(samples, logps)]
+        return samples
 
-    def verify_spy(texts, golds, *rest):
-        scores = verify(texts, golds, *rest)
-        if seen["phase"] == "train":  # eval.py calls it too
-            seen["verified"] += [[t, g, s] for t, g, s in zip(texts, golds, scores)]
+    def score(texts, golds):
+        scores = fgrpo.verify(texts, golds)
+        seen["verified"] += [[t, g, s] for t, g, s in zip(texts, golds, scores)]
         return scores
 
-    def logprobs_spy(model, ids, attn, mask, rows, temperature):
-        logp, response = logprobs(model, ids, attn, mask, rows, temperature)
-        if not logp.requires_grad:  # train_step's no-grad pass: pi_old
-            for r, lp, m in zip(rows, logp, response):
-                full = ids[r][attn[r].bool()].tolist()
-                seen["trainer"].append({"ids": full, "logp": lp[m.bool()].tolist()})
-        return logp, response
-
-    def save_spy(out, model, *rest):
-        save(out, model, *rest)
-        seen["saved_state"] = {k: v.clone() for k, v in model.state_dict().items()}
-    fgrpo.verify = verify_spy
-    fgrpo.micro_batch_logprobs = logprobs_spy
-    fgrpo.save_checkpoint = save_spy
+    def after_step(model, step, metrics):
+        seen["trained_state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return fgrpo.Hooks(sample=sample, score=score, after_step=after_step)
 
 
-def spy_on_generate(fgrpo, seen):
-    """eval.py --rollout hf: fgrpo.hf_rollout's samples (prompt and completion ids, truncated)."""
-    hf_rollout = fgrpo.hf_rollout
-
-    def spy(*args):
-        samples = hf_rollout(*args)
-        seen["eval_hf"] += [s._asdict() for s in samples]
-        return samples
-    fgrpo.hf_rollout = spy
-
-
-def logprobs_of(model, rows, fgrpo):
+def logprobs_of(model, rows, fgrpo, temperature=1.0):
     """fgrpo.token_logprobs of each row's completion tokens: rows of {"prompt", "completion"}."""
     import torch
     out = []
@@ -212,9 +196,33 @@ def logprobs_of(model, rows, fgrpo):
         pairs = [(r["prompt"], r["completion"]) for r in rows[i:i + 16]]
         ids, attn, mask = fgrpo.collate(pairs, 0)
         with torch.no_grad():
-            logp = fgrpo.token_logprobs(model, ids, attn, mask=mask)
+            logp = fgrpo.token_logprobs(model, ids, attn, temperature, mask=mask)
         out += [lp[m.bool()].tolist() for lp, m in zip(logp, mask)]
     return out
+
+
+def hf_samples_again(ckpt, held_out, argv, fgrpo, evaluator):
+    """eval.py --rollout hf's samples drawn again, as its transformers sampler draws them: each
+    problem i through fgrpo.rollout on the checkpoint (float32, no engine) under eval.py's seed
+    for it, seed * 1_000_003 + i, with eval.py's flags. The test matches their decodings to the
+    completions eval.py saved, so these are the ids it sampled."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    args = evaluator.build_parser().parse_args(argv)
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    samples = []
+    for i, line in enumerate(held_out.read_text().splitlines()):
+        prompt = fgrpo.format_prompt(tok, json.loads(line)["problem"])
+        samples += fgrpo.rollout(model, tok, None, [prompt], args.n, args,
+                                 args.seed * 1_000_003 + i)
+    return [s._asdict() for s in samples]
+
+
+def weight_gap(a, b):
+    """The largest |a - b| over two state dicts' tensors, which must have the same names."""
+    assert a.keys() == b.keys(), sorted(a.keys() ^ b.keys())
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
 
 def real_path(work, out):
@@ -224,15 +232,12 @@ def real_path(work, out):
     sys.path.insert(0, str(ROOT))
     import eval as evaluator
     import fgrpo
-    seen = {"phase": "train", "train": [], "eval_vllm": [], "eval_hf": [], "trainer": [],
-            "verified": []}
+    seen = {"phase": "train", "train": [], "eval_vllm": [], "trainer": [], "verified": []}
     spy_on_vllm(seen)
-    spy_on_trainer(fgrpo, seen)
-    spy_on_generate(fgrpo, seen)
     start = time.time()
-    sys.argv = ["fgrpo.py", "--model", str(work / "model"), "--data", str(work / "train.jsonl"),
-                "--out", str(out / "train"), *PATH_TRAIN]
-    fgrpo.main()
+    args = fgrpo.parse_args(["--model", str(work / "model"), "--data", str(work / "train.jsonl"),
+                             "--out", str(out / "train"), *PATH_TRAIN])
+    fgrpo.train(args, recording_hooks(fgrpo, seen))
     ckpt = out / "train" / (out / "train" / "latest").read_text()
     held_out = work / "held_out.jsonl"
     seen["phase"] = "eval_vllm"  # 64 problems x 4, in generate() calls of 32 x 4 (--chunk)
@@ -240,16 +245,19 @@ def real_path(work, out):
                     "--out", str(out / "eval_vllm"), *PATH_EVAL])
     lines = held_out.read_text().splitlines(keepends=True)
     (out / "held_out_4.jsonl").write_text("".join(lines[:4]))
-    evaluator.main(["--model", str(ckpt), "--data", str(out / "held_out_4.jsonl"),
-                    "--rollout", "hf", "--out", str(out / "eval_hf"), *PATH_EVAL])
+    eval_hf = ["--model", str(ckpt), "--data", str(out / "held_out_4.jsonl"), "--rollout", "hf",
+               "--out", str(out / "eval_hf"), *PATH_EVAL]
+    evaluator.main(eval_hf)
+    seen["eval_hf"] = hf_samples_again(ckpt, out / "held_out_4.jsonl", eval_hf, fgrpo, evaluator)
     reloaded = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
     base = AutoModelForCausalLM.from_pretrained(work / "model", dtype=torch.float32).eval()
     last = seen["train"][-64:]  # step 2's samples, drawn after the first update
     seen["base_on_step2"] = logprobs_of(base, last, fgrpo)
     seen["reloaded_on_eval"] = logprobs_of(reloaded, seen["eval_vllm"][:32], fgrpo)
     trained = AutoModelForCausalLM.from_pretrained(work / "model", dtype=torch.float32).eval()
-    trained.load_state_dict(seen.pop("saved_state"))  # the trainer's weights, kept in memory
+    trained.load_state_dict(seen.pop("trained_state"))  # the trainer's weights, kept in memory
     seen["trained_on_eval"] = logprobs_of(trained, seen["eval_vllm"][:16], fgrpo)
+    seen["checkpoint_weight_gap"] = weight_gap(reloaded.state_dict(), trained.state_dict())
     seen["seconds"] = time.time() - start
     (out / "path.json").write_text(json.dumps(seen))
     return seen
@@ -327,7 +335,7 @@ def main(argv=None):
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("command", choices=["prepare", "path", "learn"],
                         help="prepare: the model and data; path: the recorded real path (for "
-                        "test_fgrpo.py); learn: the learning run")
+                        "tests/test_smollm2.py); learn: the learning run")
     parser.add_argument("--work", default=str(ROOT / "runs" / "smollm2"),
                         help="folder for the model, the data and the runs")
     parser.add_argument("--out", help="path: where its runs and path.json go")

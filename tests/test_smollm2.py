@@ -85,6 +85,7 @@ def test_smollm2_real_path_prompt_stops_rewards_logprobs_checkpoint(tmp_path):
     for r in seen["train"] + seen["eval_vllm"]:
         assert r["text"] == tok.decode(r["completion"], skip_special_tokens=True), r
         assert "\ufffd" not in r["text"] and "<|im_end|>" not in r["text"]
+    # the transformers samples drawn again under eval.py's seeds decode to what eval.py saved
     hf_texts = [tok.decode(r["completion"], skip_special_tokens=True) for r in eval_hf]
     saved = _records(tmp_path / "eval_hf" / "held_out_4.jsonl")
     assert [t for rec in saved for t in rec["completions"]] == hf_texts
@@ -125,10 +126,14 @@ def _smollm2_check_rewards(seen, tmp_path, prompts):
 def _smollm2_check_logprobs(seen):
     """vLLM's log-probs of its sampled tokens against the trainer's, before and after the first
     update (the sync), and the checkpoint's against the trainer's weights."""
-    for step in (slice(0, 64), slice(64, 128)):  # a sequence may recur: matched within a step
-        trainer = {tuple(r["ids"]): r["logp"] for r in seen["trainer"][step]}
-        reference = [trainer[tuple(r["prompt"] + r["completion"])] for r in seen["train"][step]]
-        assert _smollm2_logp_gaps(seen["train"][step], reference) <= LOGP_BOUND
+    assert len(seen["trainer"]) == len(seen["train"])
+    for step in (slice(0, 64), slice(64, 128)):
+        trainer = seen["trainer"][step]
+        vllm = seen["train"][step]
+        # the trainer got vLLM's tokens and stop reasons, in vLLM's order (grouped by prompt)
+        assert [r["ids"] for r in trainer] == [r["prompt"] + r["completion"] for r in vllm]
+        assert [r["truncated"] for r in trainer] == [r["finish"] == "length" for r in vllm]
+        assert _smollm2_logp_gaps(vllm, [r["logp"] for r in trainer]) <= LOGP_BOUND
     # the step-1 update moved the policy far past the bound: step 2 checks the weight sync
     assert _smollm2_logp_gaps(seen["train"][64:], seen["base_on_step2"]) > 10 * LOGP_BOUND
     # eval.py's engine loaded the checkpoint; transformers reloads it to the trainer's log-probs
@@ -136,5 +141,6 @@ def _smollm2_check_logprobs(seen):
     reloaded = seen["reloaded_on_eval"][:16]
     assert max(abs(a - b) for x, y in zip(reloaded, seen["trained_on_eval"])
                for a, b in zip(x, y)) <= 1e-6
+    assert seen["checkpoint_weight_gap"] == 0.0  # the checkpoint holds the trainer's weights
 
 
