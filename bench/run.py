@@ -12,8 +12,8 @@
 3. a full training step on a CPU: fgrpo.run_step against TRL's GRPOTrainer (bench/train_step.py).
 4. rollout: fgrpo's vLLM path against its transformers generate() path (bench/rollout.py).
 5. one rollout batch's updates at RL-like (log-normal) completion lengths: fgrpo.train_step
-   against itself with rollout-order micro-batches and logits at every position
-   (bench/train_lengths.py).
+   against the same step with rollout-order micro-batches and logits at every position, written
+   out in bench/train_lengths.py.
 
 Every measurement is repeated with the two sides alternating (A B A B) so that drift of the
 machine hits both alike, after a warm-up; the table shows medians. Sides whose memory is
@@ -137,8 +137,8 @@ def part_train(s, folders):
 
 
 def part_lengths(s, _):
-    """Row 5: both sides run fgrpo.train_step; the alternative undoes length sorting and
-    response-only logits (see bench/train_lengths.py)."""
+    """Row 5: fgrpo.train_step against the same step written out without length sorting and
+    response-only logits (bench/train_lengths.py)."""
     res = alternate("train_lengths.py", {"fgrpo": ["--side", "fgrpo"], "plain": ["--side", "rollout-order"]},
                     s["l_reps"], s["l_flags"])
     time = {k: median([r["time"] for r in v]) for k, v in res.items()}
