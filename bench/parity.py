@@ -8,7 +8,7 @@ DIR, and TRL's GRPOTrainer._compute_loss (called with a stub `self`) from this e
 get the same random tensors: P groups of N rollouts with 0/1 rewards, a ragged right-padded response mask,
 and old log-probs a few tenths off the current ones (3% of tokens far off), so every clip region is
 visited. A loss row compares the loss value and its gradient w.r.t. the log-probs. F-GRPO changes only the
-advantages (A^F = g(x) * A, SPEC 3), so each F-variant (gamma > 0) passes fgrpo's focal-scaled advantages
+advantages (A^F = g(x) * A, Sec. 4, Eq. 13), so each F-variant (gamma > 0) passes fgrpo's focal-scaled advantages
 through the peer's unchanged loss. The last rows are settings that look right but are not; they must come
 out unequal. One markdown table is printed and written, with the raw numbers, to bench/parity_results.json;
 the exit status is 1 if any row is not as expected.
@@ -231,7 +231,7 @@ def loss_cases(peers):
 
 
 def loss_rows(peers, rewards, logp, old_logp, mask, rtol):
-    # one focal-scaled advantage per sequence, from fgrpo, fed to both sides (SPEC 3: A^F = g(x) * A)
+    # one focal-scaled advantage per sequence, from fgrpo, fed to both sides (Sec. 4, Eq. 13: A^F = g(x) * A)
     adv = {g: fgrpo.group_advantages(rewards, gamma=g).flatten().to(logp.dtype) for g in GAMMAS}
     rows = []
     for quantity, ours_fn, peer, settings, peer_fn, gammas, expect in loss_cases(peers):

@@ -91,7 +91,7 @@ def _check_what_the_stand_in_reports(r):
     assert r["loop"]["attention"].startswith("SDPA's math backend alone")
 
 
-# ---------------------------------------------------------------- issue 30: gpu-check's blind spot,
+# ---------------------------------------------------------------- gpu-check's blind spots,
 # its time plan, one owner of the GPU, equal or why not, the wheels
 def _gpu_check():
     """bench/gpu_check.py as a module."""
