@@ -167,3 +167,24 @@ def test_make_help_lists_every_target():
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True).stdout
     listed = re.findall(r"^  make (\S+) ", out, re.M)
     assert len(targets) > 10 and listed == targets, (targets, listed)
+
+
+# what a reader cannot open: the project's own spec and issues, and who lends it machines
+UNSEEN = re.compile(r"\bSPEC\b|\b[Ii]ssues? \d+\b|\blent\b|\bdevice tool\b")
+
+
+def _unseen_citations(paths):
+    return [f"{p.relative_to(ROOT)}:{n}: {line.strip()[:80]}" for p in paths
+            for n, line in enumerate(p.read_text().splitlines(), 1) if UNSEEN.search(line)]
+
+
+def test_code_and_docs_cite_the_paper_not_the_projects_spec_or_issues(tmp_path):
+    tracked = subprocess.run(["git", "ls-files", "*.py", "*.md", "Makefile", "*.ini", ".ci/run"],
+                             cwd=ROOT, capture_output=True, text=True).stdout.split()
+    assert len(tracked) > 30, tracked  # (a git checkout)
+    found = _unseen_citations([ROOT / name for name in tracked if (ROOT / name).exists()])
+    assert not found, "\n".join(found)
+    bad = tmp_path / "bad.md"  # and it finds each kind
+    words = ["SP" + "EC Sec. 3", "is" + "sue 20", "no GPU was " + "lent"]  # not this file's own
+    bad.write_text("\n".join(words) + "\nSec. 4, Eq. 12 and pytorch#120601\n")
+    assert [x.split(": ")[0] for x in _unseen_citations([bad])] == [f"{bad}:{n}" for n in (1, 2, 3)]
