@@ -1655,8 +1655,7 @@ def test_eval_cli_bad_model_path_has_no_traceback(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=3600)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        f"error: --model {tmp_path / 'missing'}: no such folder, and not a Hub id of the form "
-        "org/name"]
+        f"error: --model {tmp_path / 'missing'}: no such folder, and not a Hub id (org/name)"]
 
 
 def test_eval_averages_over_benchmarks_not_over_problems(tmp_path):

@@ -185,6 +185,6 @@ def test_code_and_docs_cite_the_paper_not_the_projects_spec_or_issues(tmp_path):
     found = _unseen_citations([ROOT / name for name in tracked if (ROOT / name).exists()])
     assert not found, "\n".join(found)
     bad = tmp_path / "bad.md"  # and it finds each kind
-    words = ["SP" + "EC Sec. 3", "is" + "sue 20", "no GPU was " + "lent"]  # not this file's own
+    words = ["SP" + "EC Sec. 3", "is" + "sue 20", "no GPU was " + "le" + "nt"]  # not this file's own
     bad.write_text("\n".join(words) + "\nSec. 4, Eq. 12 and pytorch#120601\n")
     assert [x.split(": ")[0] for x in _unseen_citations([bad])] == [f"{bad}:{n}" for n in (1, 2, 3)]
