@@ -112,7 +112,7 @@ def parse_args(argv=None):
       help="warm starts (WARM_STARTS); the first is the main result")
     a("--mixes", nargs="+", default=["tie"], choices=list(MIXES), help="problem mixes (MIXES)")
     a("--algo", default="dapo", choices=sorted(fgrpo.PAPER_EPS), help="the frontier's algorithm")
-    a("--lrs", type=float, nargs="+", default=[3e-5, 1e-4, 3e-4],
+    a("--lrs", type=float, nargs="+", default=[3e-5, 1e-4, 2e-4, 3e-4],
       help="AdamW lrs of every arm, bracketing its best stable lr from below")
     a("--gammas", type=float, nargs="+", default=[0.0, 1.0],
       help="focal exponents at N = --n; 0 (the base algorithm) first")
@@ -696,16 +696,22 @@ def arm_rows(traj, seeds, key, headline):
 
 
 def frontier_lrs(traj, key, names, levels, metric):
-    """How often each arm's run (one per lr) makes the frontier: {arm: seed-levels}."""
+    """Which lr makes an arm's frontier of `metric` (the more the better): the seed-levels at
+    which each lr's run is the best, and the lowest lr's margin, the mean over seed-levels of the
+    frontier minus the best of the other lrs (what a still lower lr might add)."""
     counts = {n: 0 for n in names}
-    pick = min if metric in LOWER_IS_BETTER else max
+    margins = []
     for t, seed_levels_ in zip(traj, levels):
         stable = [n for n in names if not broke_down(t[key][n])]
         for x in seed_levels_:
             values = {n: frontier_at([t[key][n]], x, metric) for n in stable}
             values = {n: v for n, v in values.items() if v is not None}
-            counts[pick(values, key=values.get)] += 1
-    return counts
+            best = max(values, key=values.get)
+            counts[best] += 1
+            others = [v for n, v in values.items() if n != names[0]]
+            if others:
+                margins.append(values[best] - max(others))
+    return {"counts": counts, "lowest_margin": statistics.fmean(margins) if margins else None}
 
 
 def sweep(args, gamma, n):

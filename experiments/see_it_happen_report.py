@@ -79,8 +79,9 @@ def curve_markdown(res, args):
         c0 = by_metric["pass@1"]
         span = "none" if not c0["gap"] else \
             f"{c0['level_pass@1'][0]:.3f} to {c0['level_pass@1'][-1]:.3f}"
-        picks = "; ".join(f"{who}: " + ", ".join(f"{lr_of(n)} {v}" for n, v in counts.items())
-                          for who, counts in zip((algo, "F"), res["frontier_lrs"][name]))
+        picks = "; ".join(f"{who}: " + ", ".join(f"{lr_of(n)} {v}" for n, v in
+                                                 lrs["counts"].items()) + margin(lrs)
+                          for who, lrs in zip((algo, "F"), res["frontier_lrs"][name]))
         lines += [f"### {label(name)}", "",
                   f"Matched pass@1 (mean over seeds of the first and the top level): {span}; "
                   f"seeds unmatched {c0['unmatched']}. Ceilings (highest pass@1 of any stable "
@@ -100,6 +101,12 @@ def curve_markdown(res, args):
                 for j, x in enumerate(c0["level_pass@1"])]
         lines += table(["level", "pass@1", *(f"pass@{k}" for k in ks)], rows) + [""]
     return lines
+
+
+def margin(lrs):
+    if lrs["lowest_margin"] is None:
+        return ""
+    return f" (the lowest lr adds {lrs['lowest_margin']:+.4f} on average)"
 
 
 def lr_of(name):

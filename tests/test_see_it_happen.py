@@ -309,9 +309,10 @@ def _see_check_condition(traj, seeds, key, want, cfg):
             for metric in curve:
                 _see_compare(traj, key, pair, got[metric], cfg["levels"], metric)
             levels = got[f"pass@{headline}"]["levels"]
-            lr_counts = [_see_frontier_lrs(traj, key, names, levels, f"pass@{headline}")
-                         for names in pair]
-            assert want["frontier_lrs"][f"{g:g}/{n}"] == lr_counts
+            for names, lrs in zip(pair, want["frontier_lrs"][f"{g:g}/{n}"]):
+                counts, margins = _see_frontier_lrs(traj, key, names, levels, f"pass@{headline}")
+                assert lrs["counts"] == counts
+                assert abs(lrs["lowest_margin"] - np.mean(margins)) < 1e-9
     for g, by_metric in want["n_minus_exact"].items():
         sampled = [sweeps[0.0, cfg["n"]], sweeps[float(g), cfg["n"]]]
         exact = [sweeps[0.0, "exact"], sweeps[float(g), "exact"]]
@@ -342,6 +343,7 @@ def _see_gains(traj, key, groups, count, metric):
 
 def _see_frontier_lrs(traj, key, names, levels, metric):
     counts = {n: 0 for n in names}
+    margins = []
     for t, seed_levels in zip(traj, levels):
         for x in seed_levels:
             vals = {n: _see_front([t[key][n]], x, metric) for n in names
@@ -349,7 +351,10 @@ def _see_frontier_lrs(traj, key, names, levels, metric):
                     and min(p["pass@1"] for p in t[key][n]) <= x <= max(p["pass@1"]
                                                                           for p in t[key][n])}
             counts[max(vals, key=vals.get)] += 1
-    return counts
+            if set(vals) - {names[0]}:
+                margins.append(max(vals.values()) - max(v for n, v in vals.items()
+                                                        if n != names[0]))
+    return counts, margins
 
 
 def _see_check_arms(traj, seeds, key, want, cfg, headline):
