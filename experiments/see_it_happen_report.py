@@ -222,25 +222,27 @@ def pyplot():
 
 
 def plot_curve(summary, args, path):
-    """Per condition (a column): the base model's pass@k; F minus the base algorithm at matched
-    pass@1 against k (mean over levels, 95% interval); the gap at each level and k, N and exact."""
+    """Per condition (two rows of two): the base model's pass@k; F minus the base algorithm at
+    matched pass@1 against k (mean over levels, 95% interval); the gap at each level and k, N and
+    exact."""
     plt = pyplot()
     if plt is None:
         return
     keys = list(summary["conditions"])
-    fig, axes = plt.subplots(4, len(keys), figsize=(6.5 * len(keys), 19), squeeze=False)
-    for col, key in enumerate(keys):
+    fig, axes = plt.subplots(2 * len(keys), 2, figsize=(13, 10 * len(keys)), squeeze=False)
+    for i, key in enumerate(keys):
         res = summary["conditions"][key]
         ks = ks_of(res)
         base = [res["base"][f"pass@{k}"] for k in ks]
-        ax = axes[0][col]
+        ax = axes[2 * i][0]
         ax.errorbar(ks, [b[0] for b in base], yerr=[b[1] for b in base], fmt="o-", ms=3)
         ax.axhline(res["constants"]["headline_max"], color="grey", lw=0.8)
         ax.axvline(res["headline_k"], color="grey", lw=0.8, ls=":")
-        ax.set(xscale="log", xlabel="k", ylabel="pass@k", title=f"{key}: base model, mean ± sd")
-        plot_gap_curve(axes[1][col], res, args)
-        for row, name in zip((2, 3), res["frontier"]):
-            plot_heatmap(fig, axes[row][col], res["frontier"][name], ks, f"{key}: {label(name)}")
+        ax.set(xscale="log", xlabel="k", ylabel="pass@k",
+               title=f"{key}: base model, mean ± sd over seeds (dotted: the headline k)")
+        plot_gap_curve(axes[2 * i][1], res, args)
+        for ax, name in zip(axes[2 * i + 1], res["frontier"]):
+            plot_heatmap(fig, ax, res["frontier"][name], ks, f"{key}: {label(name)}")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -281,34 +283,41 @@ def plot_heatmap(fig, ax, by_metric, ks, title):
 
 
 def plot_mechanism(result, traj, args, path):
-    """Per condition (a column): every arm's median path (stable seeds) in (pass@1, rare share)
-    and (pass@1, lost fraction); the frontiers' medians at each matched level."""
+    """Per condition (two rows of two): every arm's median path over its stable seeds in (pass@1,
+    rare share) and (pass@1, lost fraction), each lr's at its end; both at matched pass@1."""
     plt = pyplot()
     if plt is None:
         return
     keys = list(result["summary"]["conditions"])
-    fig, axes = plt.subplots(3, len(keys), figsize=(6.5 * len(keys), 15), squeeze=False)
-    for col, key in enumerate(keys):
+    fig, axes = plt.subplots(2 * len(keys), 2, figsize=(13, 10 * len(keys)), squeeze=False)
+    for i, key in enumerate(keys):
         res = result["summary"]["conditions"][key]
-        arms = result["seeds"][0]["arms"][key]
-        gammas = sorted({a["gamma"] for a in arms.values()})
-        for name, arm in arms.items():
-            stable = [t[key][name] for i, t in enumerate(traj)
-                      if i not in res["arms"][name]["broke down"]] or [t[key][name] for t in traj]
-            look = dict(color=f"C{gammas.index(arm['gamma'])}", marker=".", lw=1, alpha=0.6,
-                        linestyle="--" if arm["n"] == "exact" else "-")
-            tag = label(f"{arm['gamma']:g}/{arm['n']}") if arm["lr"] == args.lrs[0] else None
-            p1, share, lost = median_path(stable, ["pass@1", "rare share", "rare lost"])
-            axes[0][col].plot(p1, share, label=tag, **look)
-            axes[1][col].plot(p1, lost, label=tag, **look)
-        for row, metric in enumerate(("rare share", "rare lost")):
-            axes[row][col].set(xlabel="pass@1 (median over stable seeds)", ylabel=metric,
-                               title=f"{key}: {metric} along every run (every lr)")
-            axes[row][col].legend(fontsize=7)
-        plot_matched_share(axes[2][col], res, args)
+        kinds = []
+        for name, arm in result["seeds"][0]["arms"][key].items():
+            broken = res["arms"][name]["broke down"]
+            stable = [t[key][name] for j, t in enumerate(traj) if j not in broken]
+            kind = label(f"{arm['gamma']:g}/{arm['n']}")
+            kinds += [kind] if kind not in kinds else []
+            if stable:  # an arm whose every run broke down is in the tables only
+                plot_median_run(axes[2 * i], stable, arm, f"C{kinds.index(kind)}", kind)
+        for ax, metric in zip(axes[2 * i], ("rare share", "rare lost")):
+            ax.set(xlabel="pass@1 (median over stable seeds)", ylabel=metric,
+                   title=f"{key}: {metric} along every run (its lr at its end)")
+            ax.legend(fontsize=7)
+        for ax, metric in zip(axes[2 * i + 1], ("rare share", "rare lost")):
+            plot_matched(ax, res, metric, args)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def plot_median_run(axes, stable, arm, color, kind):
+    p1, share, lost = median_path(stable, ["pass@1", "rare share", "rare lost"])
+    first_lr = kind not in [h.get_label() for h in axes[0].get_lines()]
+    for ax, ys in zip(axes, (share, lost)):
+        ax.plot(p1, ys, linestyle="--" if arm["n"] == "exact" else "-", marker=".", lw=1,
+                alpha=0.7, color=color, label=kind if first_lr else None)
+        ax.annotate(f"{arm['lr']:g}", (p1[-1], ys[-1]), fontsize=6, color=color)
 
 
 def median_path(paths, keys):
@@ -318,17 +327,18 @@ def median_path(paths, keys):
             for key in keys]
 
 
-def plot_matched_share(ax, res, args):
+def plot_matched(ax, res, metric, args):
+    """Each arm's frontier of `metric` at each matched level, median over seeds."""
     for i, (name, by_metric) in enumerate(res["frontier"].items()):
-        share = by_metric["rare share"]
-        if not share["medians_by_level"]:
+        c = by_metric[metric]
+        if not c["medians_by_level"]:
             continue
         for side, style in ((0, ":"), (1, "-")):
             who = args.algo.upper() if side == 0 else "F"
-            ax.plot(share["level_pass@1"], [m[side] for m in share["medians_by_level"]], style,
+            ax.plot(c["level_pass@1"], [m[side] for m in c["medians_by_level"]], style,
                     marker="o", ms=3, color=f"C{i}", label=f"{label(name)}: {who}")
-    ax.set(xlabel="matched pass@1 level (mean over seeds)", ylabel="rare share (median frontier)",
-           title="the rare share at matched pass@1")
+    ax.set(xlabel="matched pass@1 level (mean over seeds)", ylabel=f"{metric} (median frontier)",
+           title=f"{metric} at matched pass@1 (dotted: {args.algo.upper()}, solid: F)")
     ax.legend(fontsize=7)
 
 
