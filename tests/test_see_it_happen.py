@@ -183,7 +183,7 @@ def _see_front(paths, t, metric):  # numpy's interpolation on every segment that
     for path in paths:
         for a, b in zip(path, path[1:]):
             (x0, y0), (x1, y1) = sorted([(a["pass@1"], a[metric]), (b["pass@1"], b[metric])])
-            if x0 <= t <= x1:
+            if x0 - 1e-12 <= t <= x1 + 1e-12:  # (levels from the experiment's own sums)
                 ys += [y0, y1] if x0 == x1 else [float(np.interp(t, [x0, x1], [y0, y1]))]
     return (min if metric == "rare lost" else max)(ys)
 
@@ -220,13 +220,16 @@ def _see_compare(traj, key, groups, want, count, metric):
     gaps, tops, values = [], [], []
     for t, levels_want in zip(traj, want["levels"]):
         paths = [_stable([t[key][x] for x in names]) for names in groups]
-        tops.append([max(p["pass@1"] for path in g for p in path) for g in paths[:2]])
-        lo = paths[0][0][0]["pass@1"]
-        hi = min(max(p["pass@1"] for path in g for p in path) for g in paths)
-        levels = [lo + (hi - lo) * i / count for i in range(1, count + 1)] if hi > lo else []
+        top = [max((p["pass@1"] for path in g for p in path), default=None) for g in paths]
+        tops.append(top[:2])
+        levels = []
+        if None not in top and min(top) > paths[0][0][0]["pass@1"]:  # a group's runs all broke
+            lo = paths[0][0][0]["pass@1"]
+            levels = [lo + (min(top) - lo) * i / count for i in range(1, count + 1)]
         assert np.allclose(levels, levels_want, rtol=0, atol=1e-12)
         values.append([[_see_front(g, x, metric) for g in paths[:2]] for x in levels])
         gaps.append([b - a for a, b in values[-1]])
+    tops = [top for top in tops if None not in top]
     assert np.allclose(np.mean(tops, axis=0), want["ceilings"], rtol=0, atol=1e-12)
     _see_paired([b - a for a, b in tops], want["ceiling"])
     matched = [i for i, g in enumerate(gaps) if g]
@@ -275,7 +278,7 @@ def _see_check_seeds(seeds, cfg):
     for s in seeds:  # the warm start uses the prompt: each digit's mass varies over prompts
         for key, base in s["base"].items():
             assert 0.45 < np.mean(base["first"]) < 0.95 and 0.005 < np.mean(base["last"]) < 0.2
-            assert sorted(base["digit_cv"])[5] > 0.5 and base["listed"] > 0.95  # median
+            assert sorted(base["digit_cv"])[5] > 0.5 and base["listed"] > 0.9  # median
             assert base["warm_steps"] >= cfg["warm_steps"]
             for p in [base] + [p for rec in s["arms"][key].values() for p in rec["curve"]]:
                 listed = [f + la + w for f, la, w in zip(p["first"], p["last"], p["wrong"])]
@@ -312,7 +315,10 @@ def _see_check_condition(traj, seeds, key, want, cfg):
             for names, lrs in zip(pair, want["frontier_lrs"][f"{g:g}/{n}"]):
                 counts, margins = _see_frontier_lrs(traj, key, names, levels, f"pass@{headline}")
                 assert lrs["counts"] == counts
-                assert abs(lrs["lowest_margin"] - np.mean(margins)) < 1e-9
+                if margins:
+                    assert abs(lrs["lowest_margin"] - np.mean(margins)) < 1e-9
+                else:
+                    assert lrs["lowest_margin"] is None
     for g, by_metric in want["n_minus_exact"].items():
         sampled = [sweeps[0.0, cfg["n"]], sweeps[float(g), cfg["n"]]]
         exact = [sweeps[0.0, "exact"], sweeps[float(g), "exact"]]
@@ -331,6 +337,8 @@ def _see_gains(traj, key, groups, count, metric):
     out = []
     for t in traj:
         paths = [_stable([t[key][x] for x in names]) for names in groups]
+        if not all(paths):
+            return None
         lo = paths[0][0][0]["pass@1"]
         hi = min(max(p["pass@1"] for path in g for p in path) for g in paths)
         if hi <= lo:
@@ -348,8 +356,8 @@ def _see_frontier_lrs(traj, key, names, levels, metric):
         for x in seed_levels:
             vals = {n: _see_front([t[key][n]], x, metric) for n in names
                     if min(p["listed"] for p in t[key][n]) >= 0.9
-                    and min(p["pass@1"] for p in t[key][n]) <= x <= max(p["pass@1"]
-                                                                          for p in t[key][n])}
+                    and min(p["pass@1"] for p in t[key][n]) - 1e-12 <= x
+                    <= max(p["pass@1"] for p in t[key][n]) + 1e-12}
             counts[max(vals, key=vals.get)] += 1
             if set(vals) - {names[0]}:
                 margins.append(max(vals.values()) - max(v for n, v in vals.items()
