@@ -297,8 +297,8 @@ def as_seeds(cells, curves, args):
 
 def summarise_mix(traj, mix, args):
     """F against gamma 0 over the lr sweep, sampled (N) and exact (each seed on its matched range:
-    see_it_happen.compare), and their difference over the same levels; F at N against the exact gamma 0; F minus
-    gamma 0 at each lr; final metrics."""
+    see_it_happen.compare), and their difference over the same levels; F at N against the exact
+    gamma 0; F minus gamma 0 at each lr; final metrics."""
     def sweep(g, n):
         return [see.arm_name(args.algo, g, lr, n) for lr in args.lrs]
 
