@@ -5,7 +5,7 @@ The paper's claim (arXiv 2602.06717, Sec. 3-4): with a small group, group-relati
 the correct solutions it samples; a rare correct solution that goes unsampled loses mass, and pass@k
 at large k falls. The focal weight g = (1 - X/N)^gamma is to keep more of it at the same pass@1.
 
-    python experiments/see_it_happen.py           # the grid: 10 seeds, about 90 min on 2 cores
+    python experiments/see_it_happen.py           # the grid: 10 seeds, 135 CPU-min (2 cores)
     python experiments/see_it_happen.py --quick   # the whole pipeline in miniature, about 2 min
     python experiments/see_it_happen.py --out experiments/results   # replace the committed results
     python experiments/see_it_happen.py --out experiments/results --report-only  # tables again
