@@ -4,6 +4,7 @@ paired t test and the exact Wilcoxon signed-rank test. Standard library only.
     from paired import paired_summary
     paired_summary([0.02, 0.01, 0.03])  # {"n", "mean", "lo", "hi", "p_t", "p_wilcoxon", "positive"}
 """
+import functools
 import math
 import statistics
 
@@ -23,6 +24,7 @@ def t_cdf(t, df, intervals=4000):
     return 0.5 + math.copysign(area, t)
 
 
+@functools.lru_cache(maxsize=None)  # one bisection per (q, df): a summary asks for few
 def t_quantile(q, df):
     """The q-quantile of Student's t (0.5 < q < 1), by bisection on t_cdf."""
     lo, hi = 0.0, 1e3

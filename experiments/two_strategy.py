@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 import fgrpo  # noqa: E402
 import see_it_happen as see  # noqa: E402
+import see_it_happen_report as see_report  # noqa: E402
 from paired import paired_summary  # noqa: E402
 
 OUTCOMES = ("first", "last", "other")
@@ -296,8 +297,8 @@ def as_seeds(cells, curves, args):
 
 def summarise_mix(traj, mix, args):
     """F against gamma 0 over the lr sweep, sampled (N) and exact (each seed on its matched range:
-    see_it_happen.compare), and their difference; F at N against the exact gamma 0; F minus
-    gamma 0 at each lr; final metrics."""
+    see_it_happen.compare), and their difference over the same levels; F at N against the exact
+    gamma 0; F minus gamma 0 at each lr; final metrics."""
     def sweep(g, n):
         return [see.arm_name(args.algo, g, lr, n) for lr in args.lrs]
 
@@ -305,14 +306,18 @@ def summarise_mix(traj, mix, args):
            "F_n_vs_exact_base": {}, "same_lr": {}}
     for g in args.gammas[1:]:
         key = f"{g:g}"
-        out["sampled"][key] = see.compare(traj, mix, sweep(0.0, args.n), sweep(g, args.n), args)
-        out["exact"][key] = see.compare(traj, mix, sweep(0.0, "exact"), sweep(g, "exact"), args)
-        sampled, exact = out["sampled"][key], out["exact"][key]
-        if not sampled["unmatched"] and not exact["unmatched"]:
-            diffs = [a - b for a, b in zip(sampled["gaps"], exact["gaps"])]
+        passk = f"pass@{args.k}"
+        sampled = [sweep(0.0, args.n), sweep(g, args.n)]
+        exact = [sweep(0.0, "exact"), sweep(g, "exact")]
+        out["sampled"][key] = see.compare(traj, mix, *sampled, args, passk)
+        out["exact"][key] = see.compare(traj, mix, *exact, args, passk)
+        at_n = see.compare(traj, mix, *sampled, args, passk, also=exact)  # the same levels
+        at_exact = see.compare(traj, mix, *exact, args, passk, also=sampled)
+        if not at_n["unmatched"]:
+            diffs = [a - b for a, b in zip(at_n["gaps"], at_exact["gaps"])]
             out["difference"][key] = paired_summary(diffs)
         out["F_n_vs_exact_base"][key] = see.compare(traj, mix, sweep(0.0, "exact"),
-                                                    sweep(g, args.n), args)
+                                                    sweep(g, args.n), args, passk)
         for lr in args.lrs:
             for n in (args.n, "exact"):
                 base_arm, arm = (see.arm_name(args.algo, x, lr, n) for x in (0.0, g))
@@ -378,11 +383,11 @@ def markdown(res, args, wall):
 def weight_table(ratios):
     ns = list(next(iter(next(iter(ratios.values())).values())))
     rows = [[g, p] + [f"{v[n]:.3f}" for n in ns] for g, ps in ratios.items() for p, v in ps.items()]
-    return see.table(["gamma", "p", *(f"N {n}" for n in ns)], rows)
+    return see_report.table(["gamma", "p", *(f"N {n}" for n in ns)], rows)
 
 
 def derivation_markdown(d, args):
-    table = see.table
+    table = see_report.table
     lines = ["## w_N(p) / F'(p): the weight of a prompt solved with probability p at group size N,",
              "relative to the N -> infinity limit (binomial sums of fgrpo.group_advantages)", ""]
     lines += weight_table(d["weight_ratio"])
@@ -413,12 +418,13 @@ def derivation_markdown(d, args):
 
 
 def mix_markdown(optim, run, args):
-    ci, tests, table = see.ci, see.tests, see.table
+    ci, tests, table = see_report.ci, see_report.tests, see_report.table
     lines = []
     for mix, r in run["mixes"].items():
         lines += ["", f"## {optim}, mix \"{mix}\": F minus gamma 0, pass@{args.k} at matched "
-                  f"pass@1 over the lr sweep {run['lrs']} ({run['seconds']:.0f} s); mean [95% t "
-                  "interval], tests p_t / p_Wilcoxon, seeds above 0", ""]
+                  f"pass@1 (where the runs cross each level) over the lr sweep {run['lrs']} "
+                  f"({run['seconds']:.0f} s); mean [95% t interval], tests p_t / p_Wilcoxon, "
+                  "seeds above 0; N minus exact over the levels of the range all four reach", ""]
         rows = []
         for g in r["sampled"]:
             s, x = r["sampled"][g], r["exact"][g]
@@ -504,7 +510,7 @@ def plot_rare_mass(ax, traj, mix, args, optim):
         for n, style in ((args.n, "-"), ("exact", "--")):
             for lr in args.lrs:
                 path = [t[mix][see.arm_name(args.algo, g, lr, n)] for t in traj]
-                p1, rare = see.median_path(path, ["pass@1", "rare mass"])
+                p1, rare = see_report.median_path(path, ["pass@1", "rare mass"])
                 ax.plot(p1, rare, style, color=f"C{i}", alpha=0.6, lw=1,
                         label=f"gamma {g:g}, {n}" if lr == args.lrs[0] else None)
     ax.set(title=f"{optim}, {mix}: the rare strategy's mass, every lr (median, seeds)",
@@ -519,7 +525,7 @@ def plot_frontiers(ax, traj, mix, args, optim):
             lo = min(t[mix][names[0]][0]["pass@1"] for t in traj)
             hi = min(see.ceiling([t[mix][x] for x in names]) for t in traj)
             xs = [lo + (hi - lo) * j / 60 for j in range(61)]
-            ys = [[see.frontier_at([t[mix][a] for a in names], x, args.k) for t in traj]
+            ys = [[see.frontier_at([t[mix][a] for a in names], x, f"pass@{args.k}") for t in traj]
                   for x in xs]
             pts = [(x, statistics.fmean(y)) for x, y in zip(xs, ys) if None not in y]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=f"C{i}",
@@ -536,7 +542,7 @@ def run_optimiser(args, optim):
     t0 = time.time()
     cells, curves = simulate(sub, optim)
     seeds = as_seeds(cells, curves, sub)
-    traj = see.trajectories(seeds, sub)
+    traj = see.trajectories(seeds)
     summary = {mix: summarise_mix(traj, mix, sub) for mix in args.mixes}
     return {"lrs": sub.lrs, "mixes": summary, "seeds": seeds, "seconds": time.time() - t0}, traj
 

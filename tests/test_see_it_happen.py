@@ -1,11 +1,13 @@
-"""Tests of experiments/see_it_happen.py and experiments/two_strategy.py: every reported figure
-recomputed by other code, the exact update's advantages by hand."""
+"""Tests of experiments/see_it_happen.py (with see_it_happen_report.py) and
+experiments/two_strategy.py: every reported figure recomputed by other code, the exact update's
+advantages by hand."""
+import importlib
 import importlib.util
 import json
 import math
+import random
 import re
 import signal
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,22 +17,155 @@ import torch
 import fgrpo
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
+SHARES = {"tie": {"both": 0.6, "rare": 0.2, "common": 0.2},
+          "rare": {"both": 0.6, "rare": 0.4, "common": 0.0}}
+KS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+@pytest.fixture
+def see(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    return importlib.import_module("see_it_happen")
 
 
 # ---------------------------------------------------------------- experiments/see_it_happen.py
-# Recomputed here by other code than the experiment's: loops, dense sampling of the frontiers,
+def test_exact_pass_curve_against_eval_pass_at_k_on_sampled_counts(see):
+    # 40 prompts of made-up masses, some without the rare strategy, 1% outside the answer space:
+    # the exact curve (the mix's expectation over kinds of 1 - (1 - p)^k) against eval.py's
+    # unbiased pass@k of 4,096 samples per prompt and kind
+    evaluator = importlib.import_module("eval")
+    rng = np.random.default_rng(0)
+    first = rng.uniform(0.3, 0.9, 40)
+    last = rng.uniform(0.0, 0.05, 40) * (rng.random(40) < 0.8)
+    wrong = (1 - first - last) * 0.99
+    point = {"first": first.tolist(), "last": last.tolist(), "wrong": wrong.tolist(),
+             "listed": float(np.mean(first + last + wrong))}
+    exact = see.exact_metrics(point, point, "tie")
+    assert list(see.KS) == KS
+    n = 4096
+    counts = {kind: rng.binomial(n, p) for kind, p in
+              (("both", first + last), ("rare", last), ("common", first))}
+    for k in KS:
+        sampled = {kind: evaluator.pass_at_k([n] * 40, c, k).mean() for kind, c in counts.items()}
+        mix = sum(SHARES["tie"][kind] * v for kind, v in sampled.items())
+        assert abs(exact[f"pass@{k}"] - mix) < 0.01, (k, exact[f"pass@{k}"], mix)
+        assert abs(exact[f"rare pass@{k}"] - sampled["rare"]) < 0.02, k
+    assert abs(exact["pass@1"] - 0.8 * np.mean(first + last)) < 1e-12  # 0.6 (f + l) + 0.2 (l + f)
+
+
+def test_rare_share_and_lost_fraction_on_a_hand_made_mass_table(see):
+    # five prompts; the rare strategy's share of the correct mass, last / (first + last): 0.5,
+    # 0.1, 0.017 / 0.9 = 0.0189 (lost: under 0.02), 0 (lost), 0.03 / 0.63 = 0.0476
+    point = {"first": [0.45, 0.72, 0.883, 0.9, 0.6], "last": [0.45, 0.08, 0.017, 0.0, 0.03],
+             "wrong": [0.1, 0.2, 0.1, 0.1, 0.37], "listed": 1.0}
+    m = see.exact_metrics(point, point, "tie")
+    assert see.LOST == 0.02 and m["rare lost"] == 2 / 5
+    assert abs(m["rare share"] - 0.03 / 0.63) < 1e-12  # the median over prompts
+    assert abs(m["rare mass"] - 0.577 / 5) < 1e-12 and abs(m["wrong mass"] - 0.87 / 5 / 8) < 1e-12
+    assert abs(m["rare ratio"] - 0.577 / (0.87 / 8)) < 1e-9  # means over prompts, then the ratio
+    point["last"][2] = 0.0181  # 0.0181 / 0.9011 = 0.02009: kept
+    assert see.exact_metrics(point, point, "tie")["rare lost"] == 1 / 5
+
+
+def test_matched_levels_and_frontiers_by_hand(see):
+    # F's arms B, C, D against A, pass@32, 3 seeds, 2 levels each from the base to the lower
+    # ceiling of the stable runs; a frontier is the best value where a run crosses the level:
+    # seed 0: top min(0.7, 0.8) = 0.7, levels 0.6, 0.7; A 0.85, 0.8; B 0.9, 0.875 -> 0.05, 0.075
+    # seed 1: D breaks down (listed 0.5; it would lift F's ceiling to 0.7): top min(0.6, 0.5),
+    #         levels 0.45, 0.5; A 0.85, 0.8; B 0.89, 0.88 and C 0.925, 0.95 -> 0.075, 0.15
+    #         (C at 0.45 is 0.925 where it crosses, not the 0.95 it reaches above the level)
+    # seed 2: F never rises above the base: no range, left out of the gaps
+    def path(*points):
+        return [{"pass@1": x, "pass@32": y, "listed": 1.0} for x, y in points]
+
+    flat = path((0.5, 0.9), (0.5, 0.9))
+    broken = path((0.4, 0.9), (0.7, 1.0))
+    broken[1]["listed"] = 0.5
+    traj = [{"s/tie": {"A": path((0.5, 0.9), (0.7, 0.8)),
+                       "B": path((0.5, 0.9), (0.6, 0.9), (0.8, 0.85)), "C": flat, "D": flat}},
+            {"s/tie": {"A": path((0.4, 0.9), (0.6, 0.7)), "B": path((0.4, 0.9), (0.5, 0.88)),
+                       "C": path((0.4, 0.9), (0.5, 0.95)), "D": broken}},
+            {"s/tie": {"A": path((0.5, 0.9), (0.6, 0.8)), "B": path((0.5, 0.9), (0.45, 0.95)),
+                       "C": flat, "D": flat}}]
+    args = see.parse_args(["--levels", "2"])
+    c = see.compare(traj, "s/tie", ["A"], ["B", "C", "D"], args, "pass@32")
+    assert c["unmatched"] == 1 and c["levels"][2] == []
+    assert np.allclose(c["levels"][:2], [[0.6, 0.7], [0.45, 0.5]], rtol=0, atol=1e-12)
+    assert np.allclose(c["level_pass@1"], [0.525, 0.6])
+    assert np.allclose([s["mean"] for s in c["by_level"]], [0.0625, 0.1125])
+    assert np.allclose(c["gaps"], [0.0625, 0.1125]) and abs(c["gap"]["mean"] - 0.0875) < 1e-12
+    assert np.allclose(c["medians_by_level"], [[0.85, 0.9125], [0.8, 0.9125]])
+    assert np.allclose(c["ceilings"], [(0.7 + 0.6 + 0.6) / 3, (0.8 + 0.5 + 0.5) / 3])
+    assert [s["n"] for s in c["by_level"]] == [2, 2] and c["gap"]["positive"] == 2
+    lost = [[{"pass@1": 0.4, "rare lost": 0.5}, {"pass@1": 0.6, "rare lost": 0.1}],
+            [{"pass@1": 0.4, "rare lost": 0.2}, {"pass@1": 0.6, "rare lost": 0.6}]]
+    assert abs(see.frontier_at(lost, 0.5, "rare lost") - 0.3) < 1e-12  # the least lost: 0.3, 0.4
+    assert see.frontier_at(lost, 0.65, "rare lost") is None
+
+
+def test_warm_start_stopping_rule_reads_training_prompts_only(see, monkeypatch, tmp_path):
+    # every probability the warm start reads (its stopping rule) comes from training prompts;
+    # the held-out prompts are measured once, after it, for the base model's figures
+    args = see.parse_args(["--work", str(tmp_path), "--warm-steps", "2", "--heldout", "12",
+                           "--train-problems", "100"])
+    heldout = see.make_digits(12, random.Random(10_000))
+    read = []
+    measure = see.strategy_probs
+    monkeypatch.setattr(see, "strategy_probs",
+                        lambda model, tok, digits: read.append(digits) or measure(model, tok,
+                                                                                     digits))
+    ctx = see.prepare_seed(0, "rare", args, heldout)
+    train = see.make_digits(100, random.Random(0), exclude=heldout)
+    assert len(read) >= 2 and read[-1] == heldout  # the rule at least once, then the base
+    held = set(map(tuple, heldout))
+    for digits in read[:-1]:
+        assert digits == train[:see.RULE_PROMPTS] and not held & set(map(tuple, digits))
+    assert ctx["base"]["warm_steps"] == 8  # the rule never held: 2 steps, then up to 4 x 2
+
+
+def test_exact_update_hooks_advantages_by_hand(see):
+    # fgrpo.Hooks' sample and advantages of the N -> infinity arm: every completion of the answer
+    # space, advantage scale * pi_old * (1 - p)^gamma * (R - p) / sqrt(p (1 - p))
+    model, tok, _, _ = fgrpo.build_tiny(0, warm_steps=30)
+    hooks, group = see.exact_update_hooks(tok)
+    prompts = [see.prompt_text([3, 1, 4, 5, 9]), see.prompt_text([2, 7, 1, 8, 0])]
+    samples = hooks["sample"](model, tok, None, prompts, group, None, 0)
+    assert len(samples) == 2 * group and group == 30  # 10 digits x ("\\boxed{d}", 2 stutters)
+    texts = tok.batch_decode([c for _, c, _ in samples], skip_special_tokens=True)
+    assert texts[:3] == ["\\boxed{0}", "\\boxed\\boxed{0}", "\\boxed\\boxed\\boxed{0}"]
+    golds = ["3, 9"] * group + ["8"] * group  # both kind, then a gold of neither strategy
+    rewards = torch.tensor(see.answer_set_verify(texts, golds)).view(2, -1)
+    adv = hooks["advantages"](rewards, 1.0, correct=rewards)  # as fgrpo.run_step calls it
+    with torch.no_grad():
+        logp = [(fgrpo.token_logprobs(model, *fgrpo.collate([(p, c)], 0)[:2])[0, len(p) - 1:]).sum()
+                for p, c, _ in samples]
+    pi = torch.stack(logp).exp().view(2, -1)
+    lengths = [len(c) for _, c, _ in samples[:group]]
+    for i in range(2):
+        p = float((pi[i] * rewards[i]).sum())
+        for j in range(group):
+            want = sum(lengths) / lengths[0] * pi[i, j] * (1 - p) * (rewards[i, j] - p) / math.sqrt(
+                p * (1 - p))
+            assert abs(float(adv[i, j]) - float(want)) < 1e-5 * (1 + abs(float(want)))
+    assert see.answer_set_verify(["\\boxed{7}", "\\boxed{3}\\boxed{0}", "7", "\\boxed{ 7 }"],
+                                 ["0, 7"] * 4) == [1.0, 1.0, 0.0, 1.0]  # the last box, after strip
+
+
+# Recomputed by other code than the experiment's: loops, numpy's interpolation and medians,
 # scipy's t distribution and a brute-force Wilcoxon over all sign patterns.
-def _see_metrics(point, base, shares, k):
+def _see_metrics(point, base, shares):
     p_kind = {"both": [f + l for f, l in zip(point["first"], point["last"])],
               "rare": point["last"], "common": point["first"]}
-    out = {"pass@1": 0.0, f"pass@{k}": 0.0}
-    for kind, ps in p_kind.items():
-        out["pass@1"] += shares[kind] * sum(ps) / len(ps)
-        out[f"pass@{k}"] += shares[kind] * sum(1 - (1 - p) ** k for p in ps) / len(ps)
-    out[f"rare pass@{k}"] = sum(1 - (1 - p) ** k for p in point["last"]) / len(point["last"])
-    out["rare mass"] = sum(point["last"]) / len(point["last"])
-    out["common mass"] = sum(point["first"]) / len(point["first"])
-    out["wrong mass"] = sum(point["wrong"]) / len(point["wrong"]) / 8  # 10 digits - first, last
+    out = {}
+    for k in KS:
+        out[f"pass@{k}"] = sum(shares[kind] * np.mean([1 - (1 - p) ** k for p in ps])
+                               for kind, ps in p_kind.items())
+        out[f"rare pass@{k}"] = np.mean([1 - (1 - p) ** k for p in point["last"]])
+    share = np.array([l / (f + l) if f + l > 0 else 0.0
+                      for f, l in zip(point["first"], point["last"])])
+    out["rare share"], out["rare lost"] = float(np.median(share)), float(np.mean(share < 0.02))
+    out["rare mass"] = np.mean(point["last"])
+    out["wrong mass"] = np.mean(point["wrong"]) / 8  # 10 digits - first, last
     out["rare ratio"] = out["rare mass"] / out["wrong mass"]
     out["listed"] = point["listed"]
     w_last, w_first = shares["both"] + shares["rare"], shares["both"] + shares["common"]
@@ -43,11 +178,14 @@ def _see_metrics(point, base, shares, k):
     return out
 
 
-def _see_front(paths, t, k):  # dense sampling of every segment: within |dy| / 4000 of exact
-    ys = [a[f"pass@{k}"] + s / 4000 * (b[f"pass@{k}"] - a[f"pass@{k}"]) for path in paths
-          for a, b in zip(path, path[1:]) for s in range(4001)
-          if a["pass@1"] + s / 4000 * (b["pass@1"] - a["pass@1"]) >= t - 1e-12]
-    return max(ys)
+def _see_front(paths, t, metric):  # numpy's interpolation on every segment that holds t
+    ys = []
+    for path in paths:
+        for a, b in zip(path, path[1:]):
+            (x0, y0), (x1, y1) = sorted([(a["pass@1"], a[metric]), (b["pass@1"], b[metric])])
+            if x0 - 1e-12 <= t <= x1 + 1e-12:  # (levels from the experiment's own sums)
+                ys += [y0, y1] if x0 == x1 else [float(np.interp(t, [x0, x1], [y0, y1]))]
+    return (min if metric == "rare lost" else max)(ys)
 
 
 def _see_paired(diffs, want, tol=1e-9):  # tol: how far diffs may be from the experiment's
@@ -71,55 +209,61 @@ def _see_paired(diffs, want, tol=1e-9):  # tol: how far diffs may be from the ex
         assert abs(want["p_wilcoxon"] - min(1.0, 2 * min(low, high))) < 1e-9
 
 
-def _see_compare(traj, key, base_arms, arms, want, count, k):
-    """One seed at a time: from its base model's pass@1 to the lower of the two ceilings, `count`
-    levels (the base point left out); the gaps per level and their mean, paired over seeds."""
-    gaps, tops = [], []
+def _stable(paths):
+    return [p for p in paths if min(x["listed"] for x in p) >= 0.9]
+
+
+def _see_compare(traj, key, groups, want, count, metric):
+    """One seed at a time, on its stable runs: from its base model's pass@1 to the lowest ceiling
+    of the groups (F's arms, its base's, and any others that share the range), `count` levels
+    (the base point left out); the gaps of groups[1] over groups[0] per level and their mean."""
+    gaps, tops, values = [], [], []
     for t, levels_want in zip(traj, want["levels"]):
-        a, b = [t[key][x] for x in base_arms], [t[key][x] for x in arms]
-        tops.append([max(p["pass@1"] for path in g for p in path) for g in (a, b)])
-        lo, hi = a[0][0]["pass@1"], min(tops[-1])
-        levels = [lo + (hi - lo) * i / count for i in range(1, count + 1)] if hi > lo else []
+        paths = [_stable([t[key][x] for x in names]) for names in groups]
+        top = [max((p["pass@1"] for path in g for p in path), default=None) for g in paths]
+        tops.append(top[:2])
+        levels = []
+        if None not in top and min(top) > paths[0][0][0]["pass@1"]:  # a group's runs all broke
+            lo = paths[0][0][0]["pass@1"]
+            levels = [lo + (min(top) - lo) * i / count for i in range(1, count + 1)]
         assert np.allclose(levels, levels_want, rtol=0, atol=1e-12)
-        assert len(levels_want) in (0, count)
-        gaps.append([_see_front(b, x, k) - _see_front(a, x, k) for x in levels])
+        values.append([[_see_front(g, x, metric) for g in paths[:2]] for x in levels])
+        gaps.append([b - a for a, b in values[-1]])
+    tops = [top for top in tops if None not in top]
     assert np.allclose(np.mean(tops, axis=0), want["ceilings"], rtol=0, atol=1e-12)
     _see_paired([b - a for a, b in tops], want["ceiling"])
-    matched = [g for g in gaps if g]
+    matched = [i for i, g in enumerate(gaps) if g]
     assert want["unmatched"] == len(gaps) - len(matched)
     for j in range(count if matched else 0):
-        _see_paired([g[j] for g in matched], want["by_level"][j], tol=1e-4)
+        _see_paired([gaps[i][j] for i in matched], want["by_level"][j], tol=1e-6)
+        medians = np.median([values[i][j] for i in matched], axis=0)
+        assert np.allclose(medians, want["medians_by_level"][j], rtol=0, atol=1e-6)
     if matched:
-        _see_paired([np.mean(g) for g in matched], want["gap"], tol=1e-4)
-    return [np.mean(g) for g in matched]
+        _see_paired([np.mean(gaps[i]) for i in matched], want["gap"], tol=1e-6)
+    return [np.mean(gaps[i]) for i in matched]
 
 
 @pytest.mark.slow
-def test_see_it_happen_quick_figures_match_an_independent_recomputation(tmp_path, monkeypatch):
+def test_see_it_happen_quick_figures_match_an_independent_recomputation(see, tmp_path):
     # --quick: 2 seeds x 2 warm starts, DAPO at 2 lrs x gamma 0 and 1, N 8 and the exact update,
-    # eval.py's cross-check; all through fgrpo.train. Every reported figure is recomputed.
-    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
-    see = importlib.import_module("see_it_happen")
-    assert see.answer_set_verify(["\\boxed{7}", "\\boxed{3}\\boxed{0}", "7", "\\boxed{ 7 }"],
-                                 ["0, 7"] * 4) == [1.0, 1.0, 0.0, 1.0]  # the last box, after strip
-    touched = ("verify", "run_step", "rollout", "group_advantages")
+    # eval.py's cross-check; all through fgrpo.train and its Hooks. Every reported figure is
+    # recomputed, and fgrpo is left as it was: the experiment swaps parts through Hooks only.
+    touched = ("verify", "run_step", "rollout", "group_advantages", "train", "Hooks")
     before = [getattr(fgrpo, n) for n in touched], signal.getsignal(signal.SIGTERM)
-    vllm = sys.modules.get("vllm", "absent")
+    hooks, threads = fgrpo.Hooks(), torch.get_num_threads()
     out = tmp_path / "out"
     res = see.main(["--quick", "--workers", "1", "--out", str(out), "--work", str(tmp_path / "w")])
     assert ([getattr(fgrpo, n) for n in touched], signal.getsignal(signal.SIGTERM)) == before
-    assert sys.modules.get("vllm", "absent") is vllm  # put back as they were
+    assert fgrpo.Hooks() == hooks and torch.get_num_threads() == threads
     saved = json.loads((out / "see_it_happen_quick.json").read_text())
     assert saved["summary"] == json.loads(json.dumps(res["summary"]))
     cfg, seeds, summary = saved["config"], saved["seeds"], saved["summary"]
-    shares = {"tie": {"both": 0.6, "rare": 0.2, "common": 0.2},
-              "rare": {"both": 0.6, "rare": 0.4, "common": 0.0}}
     traj = [{key: {arm: [{"step": p["step"], **_see_metrics(p, s["base"][key],
-                                                            shares[key.split("/")[1]], cfg["k"])}
+                                                            SHARES[key.split("/")[1]])}
                          for p in [{"step": 0, **s["base"][key]}] + rec["curve"]]
                    for arm, rec in arms.items()} for key, arms in s["arms"].items()} for s in seeds]
     _see_check_seeds(seeds, cfg)
-    assert list(summary["conditions"]) == ["strategy/tie", "floor/tie"]
+    assert list(summary["conditions"]) == ["rare/tie", "strategy/tie"]
     for key, want in summary["conditions"].items():
         _see_check_condition(traj, seeds, key, want, cfg)
     _see_report(out, summary, seeds, Path(cfg["work"]), cfg)  # --quick's own work folder
@@ -133,8 +277,9 @@ def _see_check_seeds(seeds, cfg):
              if s % cfg["measure_every"] == 0 or s == cfg["steps"]]
     for s in seeds:  # the warm start uses the prompt: each digit's mass varies over prompts
         for key, base in s["base"].items():
-            assert 0.45 < np.mean(base["first"]) < 0.8 and 0.01 < np.mean(base["last"]) < 0.2
-            assert sorted(base["digit_cv"])[5] > 0.5 and base["listed"] > 0.95  # median
+            assert 0.45 < np.mean(base["first"]) < 0.95 and 0.005 < np.mean(base["last"]) < 0.2
+            assert sorted(base["digit_cv"])[5] > 0.5 and base["listed"] > 0.9  # median
+            assert base["warm_steps"] >= cfg["warm_steps"]
             for p in [base] + [p for rec in s["arms"][key].values() for p in rec["curve"]]:
                 listed = [f + la + w for f, la, w in zip(p["first"], p["last"], p["wrong"])]
                 assert abs(np.mean(listed) - p["listed"]) < 1e-5  # the ten digits, nothing else
@@ -144,42 +289,108 @@ def _see_check_seeds(seeds, cfg):
 
 def _see_check_condition(traj, seeds, key, want, cfg):
     """One (warm start, mix)'s reported figures against a recomputation from the trajectories."""
-    k, lrs, levels = cfg["k"], cfg["lrs"], cfg["levels"]
+    lrs = cfg["lrs"]
     name = lambda g, lr, m: f"dapo_g{g:g}_lr{lr:g}_" + (  # noqa: E731
         "exact" if m == "exact" else f"n{m}")
     base = [t[key][name(0.0, lrs[0], cfg["n"])][0] for t in traj]
+    curve = [f"pass@{k}" for k in KS] + ["rare share", "rare lost"]
+    assert set(want["base"]) == set(curve) | {"rare mass", "wrong mass", "rare ratio"}
     for metric, (mean, sd) in want["base"].items():
         assert abs(mean - np.mean([b[metric] for b in base])) < 1e-9, (key, metric)
         assert abs(sd - np.std([b[metric] for b in base], ddof=1)) < 1e-9
-    assert set(want["base"]) == {"pass@1", f"pass@{k}", "rare mass", "wrong mass", "rare ratio"}
-    arms = [name(g, lr, n) for lr in lrs for n, gs in ((cfg["n"], cfg["gammas"]),
-                                                       ("exact", cfg["exact_gammas"])) for g in gs]
+    headline = max([k for k in KS if np.mean([b[f"pass@{k}"] for b in base]) <= 0.9], default=1)
+    assert want["headline_k"] == headline
+    assert want["warm_steps"] == [s["base"][key]["warm_steps"] for s in seeds]
+    _see_check_arms(traj, seeds, key, want, cfg, headline)
+    sweeps = {(g, n): [name(g, lr, n) for lr in lrs] for n in (cfg["n"], "exact") for g in
+              (cfg["gammas"] if n != "exact" else cfg["exact_gammas"])}
+    for n, gammas in ((cfg["n"], cfg["gammas"]), ("exact", cfg["exact_gammas"])):
+        for g in gammas[1:]:
+            pair = [sweeps[0.0, n], sweeps[g, n]]
+            got = want["frontier"][f"{g:g}/{n}"]
+            assert list(got) == curve
+            for metric in curve:
+                _see_compare(traj, key, pair, got[metric], cfg["levels"], metric)
+            levels = got[f"pass@{headline}"]["levels"]
+            for names, lrs in zip(pair, want["frontier_lrs"][f"{g:g}/{n}"]):
+                counts, margins = _see_frontier_lrs(traj, key, names, levels, f"pass@{headline}")
+                assert lrs["counts"] == counts
+                if margins:
+                    assert abs(lrs["lowest_margin"] - np.mean(margins)) < 1e-9
+                else:
+                    assert lrs["lowest_margin"] is None
+    for g, by_metric in want["n_minus_exact"].items():
+        sampled = [sweeps[0.0, cfg["n"]], sweeps[float(g), cfg["n"]]]
+        exact = [sweeps[0.0, "exact"], sweeps[float(g), "exact"]]
+        for metric in curve:  # both gains over the levels of the range all four arms reach
+            at_n = _see_gains(traj, key, sampled + exact, cfg["levels"], metric)
+            at_exact = _see_gains(traj, key, exact + sampled, cfg["levels"], metric)
+            if at_n is None:
+                assert metric not in by_metric
+            else:
+                _see_paired([a - b for a, b in zip(at_n, at_exact)], by_metric[metric], tol=1e-6)
+
+
+def _see_gains(traj, key, groups, count, metric):
+    """Per seed, groups[1]'s gain over groups[0] averaged over the levels of the range that all
+    the groups reach (stable runs); None if a seed has no such range."""
+    out = []
+    for t in traj:
+        paths = [_stable([t[key][x] for x in names]) for names in groups]
+        if not all(paths):
+            return None
+        lo = paths[0][0][0]["pass@1"]
+        hi = min(max(p["pass@1"] for path in g for p in path) for g in paths)
+        if hi <= lo:
+            return None
+        levels = [lo + (hi - lo) * i / count for i in range(1, count + 1)]
+        out.append(np.mean([_see_front(paths[1], x, metric) - _see_front(paths[0], x, metric)
+                            for x in levels]))
+    return out
+
+
+def _see_frontier_lrs(traj, key, names, levels, metric):
+    counts = {n: 0 for n in names}
+    margins = []
+    for t, seed_levels in zip(traj, levels):
+        for x in seed_levels:
+            vals = {n: _see_front([t[key][n]], x, metric) for n in names
+                    if min(p["listed"] for p in t[key][n]) >= 0.9
+                    and min(p["pass@1"] for p in t[key][n]) - 1e-12 <= x
+                    <= max(p["pass@1"] for p in t[key][n]) + 1e-12}
+            counts[max(vals, key=vals.get)] += 1
+            if set(vals) - {names[0]}:
+                margins.append(max(vals.values()) - max(v for n, v in vals.items()
+                                                        if n != names[0]))
+    return counts, margins
+
+
+def _see_check_arms(traj, seeds, key, want, cfg, headline):
+    name = lambda g, lr, m: f"dapo_g{g:g}_lr{lr:g}_" + (  # noqa: E731
+        "exact" if m == "exact" else f"n{m}")
+    arms = [name(g, lr, n) for lr in cfg["lrs"] for n, gs in ((cfg["n"], cfg["gammas"]),
+                                                              ("exact", cfg["exact_gammas"]))
+            for g in gs]
     assert list(want["arms"]) == arms
     for arm, row in want["arms"].items():
         paths = [t[key][arm] for t in traj]
-        for metric in ("pass@1", f"pass@{k}", "rare mass", "rare ratio"):
-            assert abs(row[metric] - np.mean([p[-1][metric] for p in paths])) < 1e-9
-        assert abs(row["highest pass@1"] - np.mean([max(x["pass@1"] for x in p) for p in paths])) \
-            < 1e-9
-        by_step = [np.mean([p[i]["rare ratio"] for p in paths]) for i in range(len(paths[0]))]
-        assert np.allclose(row["rare ratio by step"], by_step, rtol=1e-12, atol=0)
-        assert row["broke down"] == sum(any(x["listed"] < 0.9 for x in p) for p in paths)
-        assert abs(row["clip_frac"] - np.mean([s["arms"][key][arm]["clip_frac"] for s in seeds])) \
+        broken = [i for i, p in enumerate(paths) if min(x["listed"] for x in p) < 0.9]
+        assert row["broke down"] == broken
+        stable = [p for i, p in enumerate(paths) if i not in broken] or paths
+        for metric in ("pass@1", f"pass@{headline}"):
+            assert abs(row[metric] - np.mean([p[-1][metric] for p in stable])) < 1e-9
+        for metric in ("rare share", "rare lost"):
+            assert abs(row[metric] - np.median([p[-1][metric] for p in stable])) < 1e-9
+            by_step = np.median([[x[metric] for x in p] for p in stable], axis=0)
+            assert np.allclose(row[f"{metric} by step"], by_step, rtol=0, atol=1e-12)
+        highest = np.mean([max(x["pass@1"] for x in p) for p in stable])
+        assert abs(row["highest pass@1"] - highest) < 1e-9
+        clip = np.mean([s["arms"][key][arm]["clip_frac"] for s in seeds])
+        assert row["clip_frac"] is None if arm.endswith("exact") else abs(row["clip_frac"] - clip) \
             < 1e-12
-    gains = {}
-    for n, gammas in ((cfg["n"], cfg["gammas"]), ("exact", cfg["exact_gammas"])):
-        for g in gammas[1:]:
-            sweep = [[name(x, lr, n) for lr in lrs] for x in (0.0, g)]
-            gains[g, n] = _see_compare(traj, key, *sweep, want["frontier"][f"{g:g}/{n}"], levels, k)
-    for g, s in want["n_minus_exact"].items():
-        _see_paired([a - b for a, b in zip(gains[float(g), cfg["n"]], gains[float(g), "exact"])],
-                    s, tol=2e-4)
-    assert set(want["n_minus_exact"]) == {f"{g:g}" for g in cfg["gammas"][1:]
-                                          if g in cfg["exact_gammas"]}
 
 
 def _see_report(out, summary, seeds, work, cfg):
-    k = str(cfg["k"])
     assert len(summary["check"]) == len(seeds)
     for check, s in zip(summary["check"], seeds):  # eval.py's samples against the exact pass@k
         c = s["check"]
@@ -188,53 +399,31 @@ def _see_report(out, summary, seeds, work, cfg):
         final = s["arms"][f"{c['start']}/{c['mix']}"][c["arm"]]["curve"][-1]
         ps = [final["last"][i] + final["first"][i] * (kd == "both") if kd != "common" else
               final["first"][i] for i, kd in enumerate(kinds)]
-        for kk in ("1", k):
-            sampled = np.mean([1 - math.comb(c["n"] - x, int(kk)) / math.comb(c["n"], int(kk))
+        ks = [k for k in KS if k < c["n"]] + [c["n"]]
+        assert list(c["sampled"]) == [str(k) for k in ks]
+        for k in ks:
+            sampled = np.mean([1 - math.comb(c["n"] - x, k) / math.comb(c["n"], k)
                                for x in c["correct"]])
-            assert abs(check[f"sampled pass@{kk}"] - sampled) < 1e-9
-            exact = np.mean([1 - (1 - p) ** int(kk) for p in ps])
-            assert abs(check[f"exact pass@{kk}"] - exact) < 1e-9
+            assert abs(check[f"sampled pass@{k}"] - sampled) < 1e-9
+            exact = np.mean([1 - (1 - p) ** k for p in ps])
+            assert abs(check[f"exact pass@{k}"] - exact) < 1e-9
         se = math.sqrt(np.mean(ps) * (1 - np.mean(ps)) / (c["n"] * len(ps)))
         assert abs(check["sampled pass@1"] - check["exact pass@1"]) < 5 * se + 0.02  # sampling
     md = (out / "see_it_happen_quick.md").read_text()
-    cis = re.findall(r"[+-]\d\.\d+ \[[+-]\d\.\d+, [+-]\d\.\d+\]", md)
-    assert len(cis) > 20  # every interval the summary holds is in the report, as it rounds it
+    assert len(re.findall(r"[+-]\d\.\d+ \[[+-]\d\.\d+, [+-]\d\.\d+\]", md)) > 100
     for key, res in summary["conditions"].items():
-        for c in res["frontier"].values():
-            for s in [c["gap"], *c["by_level"]]:
-                assert f"{s['mean']:+.4f} [{s['lo']:+.4f}, {s['hi']:+.4f}]" in md
-        for arm, row in res["arms"].items():  # the rare ratio along every run, as it rounds it
-            assert f"| {arm} | " + " | ".join(f"{r:.2f}" for r in row["rare ratio by step"]) in md
+        for by_metric in res["frontier"].values():
+            for metric, c in list(by_metric.items())[1:]:  # pass@1: 0 by construction
+                digits = 4 if metric.startswith("pass@") else 3
+                for s in [c["gap"], *c["by_level"]]:
+                    if s["lo"] is not None:
+                        assert f"{s['mean']:+.{digits}f} [{s['lo']:+.{digits}f}, " \
+                               f"{s['hi']:+.{digits}f}]" in md, (key, metric)
+        for arm, row in res["arms"].items():  # the rare share along every run, as it rounds it
+            assert f"| {arm} | " + " | ".join(f"{r:.3f}" for r in row["rare share by step"]) in md
     if importlib.util.find_spec("matplotlib"):
-        assert (out / "see_it_happen_quick.png").stat().st_size > 10_000
-
-
-def test_exact_update_arm_advantages_by_hand(monkeypatch):
-    # see_it_happen's N -> infinity arm: every completion of the answer space, advantage
-    # scale * pi_old * (1 - p)^gamma * (R - p) / sqrt(p (1 - p)), p from the same probabilities
-    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
-    see = importlib.import_module("see_it_happen")
-    model, tok, _, _ = fgrpo.build_tiny(0, warm_steps=30)
-    patches, group = see.exact_update_patches(tok, 1.0)
-    prompts = [see.prompt_text([3, 1, 4, 5, 9]), see.prompt_text([2, 7, 1, 8, 0])]
-    samples = patches["rollout"](model, tok, None, prompts, group, None, 0)
-    assert len(samples) == 2 * group and group == 30  # 10 digits x ("\\boxed{d}", 2 stutters)
-    texts = tok.batch_decode([c for _, c, _ in samples], skip_special_tokens=True)
-    assert texts[:3] == ["\\boxed{0}", "\\boxed\\boxed{0}", "\\boxed\\boxed\\boxed{0}"]
-    golds = ["3, 9"] * group + ["8"] * group  # both kind, then a gold of neither strategy
-    rewards = torch.tensor(see.answer_set_verify(texts, golds)).view(2, -1)
-    adv = patches["group_advantages"](rewards, 1.0)
-    with torch.no_grad():
-        logp = [(fgrpo.token_logprobs(model, *fgrpo.collate([(p, c)], 0)[:2])[0, len(p) - 1:]).sum()
-                for p, c, _ in samples]
-    pi = torch.stack(logp).exp().view(2, -1)
-    lengths = [len(c) for _, c, _ in samples[:group]]
-    for i in range(2):
-        p = float((pi[i] * rewards[i]).sum())
-        for j in range(group):
-            want = sum(lengths) / lengths[0] * pi[i, j] * (1 - p) * (rewards[i, j] - p) / math.sqrt(
-                p * (1 - p))
-            assert abs(float(adv[i, j]) - float(want)) < 1e-5 * (1 + abs(float(want)))
+        for suffix in ("", "_mechanism"):
+            assert (out / f"see_it_happen_quick{suffix}.png").stat().st_size > 10_000
 
 
 def test_two_strategy_expected_update_and_objective(monkeypatch):
@@ -264,34 +453,8 @@ def test_two_strategy_expected_update_and_objective(monkeypatch):
     assert ((mc - pred).abs() < 5 * se).all()  # E[update] = w_N(p) grad p, by Monte Carlo
 
 
-# ---------------------------------------------------------------- issue 27: see_it_happen's levels,
+# ---------------------------------------------------------------- experiments/two_strategy.py:
 # the identity off ratio 1 with DAPO's clip, the focal weight without std normalisation
-def test_see_it_happen_matched_levels_per_seed_by_hand(monkeypatch):
-    # two arms' paths (pass@1, pass@32) in 3 seeds; each seed on its own range, from its base to
-    # the lower ceiling, 2 levels, the base point left out. Frontier values by hand:
-    # seed 0: top min(0.7, 0.8) = 0.7, levels 0.6, 0.7; A 0.85, 0.8; B 0.9, 0.875 -> 0.05, 0.075
-    # seed 1: top min(0.6, 0.5) = 0.5, levels 0.45, 0.5; A 0.85, 0.8; B 0.89, 0.88 -> 0.04, 0.08
-    # seed 2: B never rises above the base: no range, left out of the gaps
-    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
-    see = importlib.import_module("see_it_happen")
-
-    def path(*points):
-        return [{"pass@1": x, "pass@32": y} for x, y in points]
-
-    traj = [{"s/tie": {"A": path((0.5, 0.9), (0.7, 0.8)),
-                       "B": path((0.5, 0.9), (0.6, 0.9), (0.8, 0.85))}},
-            {"s/tie": {"A": path((0.4, 0.9), (0.6, 0.7)), "B": path((0.4, 0.9), (0.5, 0.88))}},
-            {"s/tie": {"A": path((0.5, 0.9), (0.6, 0.8)), "B": path((0.5, 0.9), (0.45, 0.95))}}]
-    c = see.compare(traj, "s/tie", ["A"], ["B"], see.parse_args(["--levels", "2", "--k", "32"]))
-    assert c["unmatched"] == 1 and c["levels"][2] == []
-    assert np.allclose(c["levels"][:2], [[0.6, 0.7], [0.45, 0.5]], rtol=0, atol=1e-12)
-    assert np.allclose(c["level_pass@1"], [0.525, 0.6])
-    assert np.allclose([s["mean"] for s in c["by_level"]], [0.045, 0.0775])
-    assert np.allclose(c["gaps"], [0.0625, 0.06]) and abs(c["gap"]["mean"] - 0.06125) < 1e-12
-    assert np.allclose(c["ceilings"], [(0.7 + 0.6 + 0.6) / 3, (0.8 + 0.5 + 0.5) / 3])
-    assert [s["n"] for s in c["by_level"]] == [2, 2] and c["gap"]["positive"] == 2
-
-
 def test_expected_update_off_ratio_one_with_dapo_clip_by_monte_carlo(monkeypatch):
     # clipped_expected_update (an exact sum) against groups drawn from pi_old, scored by
     # fgrpo.group_advantages and fgrpo.policy_loss (DAPO's clip) and differentiated by autograd
@@ -341,6 +504,13 @@ def test_prompt_weight_without_std_normalisation(monkeypatch):
             limit = two.prompt_weight(p, None, gamma, std=False)
             assert limit == (1 - p) ** gamma
             assert abs(two.prompt_weight(p, 1024, gamma, std=False) / limit - 1) < 0.02
+    for n in (3, 4, 8, 16):  # gamma 1 at finite N: (N - 1) / N^2 [(N - 2)(1 - p) + 1], a positive
+        for p in (0.05, 0.5, 0.9):  # mix of the slopes of pass@2 / 2 (1 - p) and pass@1 (1)
+            want = (n - 1) / n ** 2 * ((n - 2) * (1 - p) + 1)
+            assert abs(two.prompt_weight(p, n, 1.0, std=False) / want - 1) < 1e-6
+    qs = np.linspace(0.05, 0.95, 7)  # gamma 2, N 8: a polynomial in q = 1 - p, 7/512 + 63/256 q
+    ws = [two.prompt_weight(1 - q, 8, 2.0, std=False) for q in qs]  # + 105/256 q^2
+    assert np.allclose(np.polyfit(qs, ws, 2)[::-1], [7 / 512, 63 / 256, 105 / 256], atol=1e-5)
     for gamma, k in ((1.0, 2), (2.0, 3)):  # the limit is the slope of pass@k / k, k = gamma + 1
         h = 1e-6
         slope = ((1 - (1 - 0.7 - h) ** k) - (1 - (1 - 0.7 + h) ** k)) / (2 * h) / k
