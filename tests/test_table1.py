@@ -237,7 +237,7 @@ def _check_table1(work):
         assert pair["p"][k] == [test["math_avg"]["p"][i]]
     p = test["math_avg"]["p"]
     delta = pair["delta"]
-    cells = [f"{100 * delta['1'][0]:+.1f}", f"{p[0]:.3f}", f"{100 * delta['8'][0]:+.1f}",
+    cells = [f"{100 * delta['1'][0]:+.1f}", f"{p[0]:.3f}", f"{100 * delta['16'][0]:+.1f}",
              f"{p[-1]:.3f}"]
     assert "| math avg | " + " | ".join(cells) + " |" in text
 
