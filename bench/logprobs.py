@@ -61,7 +61,8 @@ def main():
     model.zero_grad(set_to_none=True)
     with PeakRSS() as mem:
         runs = [timed(forward_backward, fn, model, ids, attn) for _ in range(a.iters)]
-    write_result(a.result, {"side": a.side, "batch": a.batch, "seq": a.seq, "times": [t for _, t in runs],
+    write_result(a.result, {"side": a.side, "batch": a.batch, "seq": a.seq,
+                            "times": [t for _, t in runs],
                             "time": median([t for _, t in runs]), "logp_sum": runs[0][0],
                             "threads": torch.get_num_threads(), **mem.as_dict()})
 

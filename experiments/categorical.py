@@ -7,9 +7,12 @@ focal weight (1 - mu_hat)^gamma. Reported per (optimiser, N, gamma, seed):
 retained positive mass M_ret (1 = no correct action lost probability) and the
 final total correct mass, which can grow while M_ret shrinks.
 
-    python experiments/categorical.py --optim adamw sgd --threads 1  # full grid, ~12 min per optimiser
-    python experiments/categorical.py --lr 1e-3 --threads 1          # AdamW at BroRL's lr
-    python experiments/categorical.py --quick --out /tmp/q           # 128k actions, T=300, N 8/64/1024
+    python experiments/categorical.py --optim adamw sgd --threads 1
+        # full grid, ~12 min per optimiser
+    python experiments/categorical.py --lr 1e-3 --threads 1
+        # AdamW at BroRL's lr
+    python experiments/categorical.py --quick --out /tmp/q
+        # 128k actions, T=300, N 8/64/1024
 
 Optimiser: the paper names none. AdamW at lr 1e-2 is our reading, inferred from
 BroRL (which used AdamW at 1e-3); torch defaults otherwise (betas 0.9/0.999,
@@ -43,7 +46,8 @@ def tail_miss_probability(N, mu_pos, tau):
     0 < tau < mu_pos <= 1. Non-monotonic in N: it peaks near N = 5 at about 0.72 for
     mu_pos 0.5, tau 0.05. High-mu_pos prompts are the ones g(x) down-weights (docs/why-focal.md)."""
     if not (isinstance(N, int) and N >= 1 and 0 < tau < mu_pos <= 1):
-        raise ValueError(f"need an integer N >= 1 and 0 < tau < mu_pos <= 1, got {N!r}, {mu_pos}, {tau}")
+        raise ValueError("need an integer N >= 1 and 0 < tau < mu_pos <= 1, "
+                         f"got {N!r}, {mu_pos}, {tau}")
     # Lemma 3.1: Pr(no sample in E) - Pr(all correct, none in E) - Pr(all wrong)
     return (1 - tau) ** N - (mu_pos - tau) ** N - (1 - mu_pos) ** N
 
@@ -53,16 +57,20 @@ def parse_args(argv=None):
     add = p.add_argument
     add("--optim", nargs="+", choices=["adamw", "sgd"], default=["adamw"],
         help="optimiser(s) on the logits, run one after the other into one table")
-    add("--lr", type=float, default=None, help="learning rate for a single --optim (default: adamw 1e-2, sgd 5e3)")
-    add("--weight-decay", type=float, default=0.0, help="AdamW decoupled weight decay (0: see docstring)")
+    add("--lr", type=float, default=None,
+        help="learning rate for a single --optim (default: adamw 1e-2, sgd 5e3)")
+    add("--weight-decay", type=float, default=0.0,
+        help="AdamW decoupled weight decay (0: see docstring)")
     add("--steps", type=int, default=1000, help="T, optimiser steps")
     add("--n-actions", type=int, default=128_000, help="number of actions")
     add("--n-correct", type=int, default=10_000, help="number of correct actions (R = +1)")
     add("--n", type=int, nargs="+", default=[2**k for k in range(1, 18)], help="group sizes N")
     add("--gammas", type=float, nargs="+", default=[0.0, 1.0], help="focal exponents")
     add("--seeds", type=int, default=4, help="number of seeds (0, 1, ...)")
-    add("--quick", action="store_true", help="test grid: T = 300, N in {8, 64, 1024}, 2 seeds (seconds)")
-    add("--threads", type=int, default=None, help="torch CPU threads (default: torch's); 1 is faster on busy cores")
+    add("--quick", action="store_true",
+        help="test grid: T = 300, N in {8, 64, 1024}, 2 seeds (seconds)")
+    add("--threads", type=int, default=None,
+        help="torch CPU threads (default: torch's); 1 is faster on busy cores")
     add("--out", type=Path, default=Path("experiments/results"), help="output folder")
     args = p.parse_args(argv)
     if not 1 <= args.n_correct < args.n_actions:
@@ -123,7 +131,8 @@ def retained_mass(pi0, pi_t, correct):
     return 1 - lost / pi0[:, correct].sum(-1)
 
 
-def simulate(n_values, gammas, seeds, steps, n_actions, n_correct, optim="adamw", lr=None, weight_decay=0.0):
+def simulate(n_values, gammas, seeds, steps, n_actions, n_correct, optim="adamw", lr=None,
+             weight_decay=0.0):
     """Train every (N, gamma, seed) cell at once, one row of a (cells, n_actions) logit tensor.
 
     Returns {"m_ret": {(N, gamma, seed): M_ret}, "correct_mass": {same keys: final correct
@@ -149,7 +158,8 @@ def simulate(n_values, gammas, seeds, steps, n_actions, n_correct, optim="adamw"
     pi_t = torch.softmax(z.detach().double(), -1)
     correct = reward > 0
     m_ret, mass = retained_mass(pi0, pi_t, correct), pi_t[:, correct].sum(-1)
-    return {"m_ret": dict(zip(keys, m_ret.tolist())), "correct_mass": dict(zip(keys, mass.tolist())),
+    return {"m_ret": dict(zip(keys, m_ret.tolist())),
+            "correct_mass": dict(zip(keys, mass.tolist())),
             "initial_correct_mass": pi0[0, correct].sum().item(), "lr": lr}
 
 
@@ -162,7 +172,8 @@ def markdown_table(runs, n_values, gammas, seeds):
         cells = []
         for name, g in cols:
             m = torch.tensor([runs[name]["m_ret"][(nv, g, s)] for s in seeds], dtype=torch.float64)
-            c = torch.tensor([runs[name]["correct_mass"][(nv, g, s)] for s in seeds], dtype=torch.float64)
+            c = torch.tensor([runs[name]["correct_mass"][(nv, g, s)] for s in seeds],
+                             dtype=torch.float64)
             std = m.std().item() if len(seeds) > 1 else 0.0
             cells += [f"{m.mean():.3f} +- {std:.3f}", f"{c.mean():.3f}"]
         lines.append(f"| {nv} | " + " | ".join(cells) + " |")
@@ -195,20 +206,26 @@ def plot(runs, n_values, gammas, seeds, title, path):
 
 def write_results(args, runs, walls, seeds):
     """Markdown table, JSON of every (run, N, gamma, seed) and, with matplotlib, a PNG."""
-    tag = "_".join(["categorical"] + [n.replace(" lr=", "_lr") for n in runs] + ["quick"] * args.quick)
-    title = f"T={args.steps}, {args.n_actions} actions ({args.n_correct} correct), {len(seeds)} seeds"
+    tag = "_".join(["categorical"] + [n.replace(" lr=", "_lr") for n in runs]
+                   + ["quick"] * args.quick)
+    title = (f"T={args.steps}, {args.n_actions} actions ({args.n_correct} correct), "
+             f"{len(seeds)} seeds")
     table = markdown_table(runs, args.n, args.gammas, seeds)
     print(table)
     notes = "".join(f"- {n}: wd={args.weight_decay:g} (AdamW only), initial correct mass "
-                    f"{r['initial_correct_mass']:.4f}, wall {walls[n]:.0f} s\n" for n, r in runs.items())
+                    f"{r['initial_correct_mass']:.4f}, wall {walls[n]:.0f} s\n"
+                    for n, r in runs.items())
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{tag}.md").write_text(f"### M_ret and final correct mass; {title}\n\n{table}\n{notes}")
-    rows = [{"optim": n, "n": k[0], "gamma": k[1], "seed": k[2], "m_ret": v, "correct_mass": r["correct_mass"][k]}
+    (args.out / f"{tag}.md").write_text(
+        f"### M_ret and final correct mass; {title}\n\n{table}\n{notes}")
+    rows = [{"optim": n, "n": k[0], "gamma": k[1], "seed": k[2], "m_ret": v,
+             "correct_mass": r["correct_mass"][k]}
             for n, r in runs.items() for k, v in r["m_ret"].items()]
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     settings.update(lr={n: r["lr"] for n, r in runs.items()}, wall_s=walls,
                     initial_correct_mass=next(iter(runs.values()))["initial_correct_mass"])
-    (args.out / f"{tag}.json").write_text(json.dumps({"settings": settings, "runs": rows}, indent=1))
+    (args.out / f"{tag}.json").write_text(
+        json.dumps({"settings": settings, "runs": rows}, indent=1))
     plot(runs, args.n, args.gammas, seeds, title, args.out / f"{tag}.png")
 
 
@@ -223,8 +240,8 @@ def main(argv=None):
                        optim, args.lr, args.weight_decay)
         name = f"{optim} lr={res['lr']:g}"
         runs[name], walls[name] = res, time.time() - t0
-        print(f"{name}: initial correct mass {res['initial_correct_mass']:.4f}, wall {walls[name]:.0f} s",
-              flush=True)
+        print(f"{name}: initial correct mass {res['initial_correct_mass']:.4f}, "
+              f"wall {walls[name]:.0f} s", flush=True)
     write_results(args, runs, walls, seeds)
 
 
