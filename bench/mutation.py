@@ -46,6 +46,9 @@ def scratch_copy():
         if (ROOT / name).is_file():
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, folder / name)
+    # a git checkout of its own: the tests that read the tracked files (git ls-files) see these
+    for cmd in (["init", "-q"], ["add", "-A"]):
+        subprocess.run(["git", *cmd], cwd=folder, check=True, capture_output=True)
     return folder
 
 

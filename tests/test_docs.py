@@ -178,7 +178,8 @@ UNSEEN = re.compile(r"\bSPEC\b|\b[Ii]ssues? \d+\b|\blent\b|\bdevice tool\b")
 
 
 def _unseen_citations(paths):
-    return [f"{p.relative_to(ROOT)}:{n}: {line.strip()[:80]}" for p in paths
+    return [f"{p.relative_to(ROOT) if p.is_relative_to(ROOT) else p}:{n}: {line.strip()[:80]}"
+            for p in paths
             for n, line in enumerate(p.read_text().splitlines(), 1) if UNSEEN.search(line)]
 
 
