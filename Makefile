@@ -49,7 +49,7 @@ demo:  ## F-DAPO on the tiny offline model and toy task, eval.py before and afte
 table1:  ## the paper's Table 1 on a GPU node (experiments/table1.py); run again to resume
 	$(PYTHON) experiments/table1.py $(TABLE1)
 
-table1-tiny:  ## the same on the tiny model, offline on a CPU (runs/table1-tiny): 3 min on 2 cores
+table1-tiny:  ## the same on the tiny model, offline on a CPU (runs/table1-tiny): 5 min on 2 cores
 	$(PYTHON) experiments/table1.py --model tiny $(TABLE1)
 
 bench:  ## ratios against the plain alternatives (bench/run.py): about 30 min; quick: BENCH_QUICK=1
