@@ -30,7 +30,7 @@ endif
 
 # pytest's own flags: make test-all PYTEST="--durations=15" (CI), make test PYTEST="-k verify"
 PYTEST ?=
-test: parity-deps  ## the fast suite, after every change: not the tests marked slow (about 2 min)
+test: parity-deps  ## the fast suite, after every change: not the tests marked slow (about 70 s)
 	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) -m pytest -q -m "not slow" $(PYTEST)
 
 test-all: parity-deps smollm2  ## every test, SmolLM2's included (CI runs this): about 20 minutes
@@ -39,7 +39,7 @@ test-all: parity-deps smollm2  ## every test, SmolLM2's included (CI runs this):
 # the demo's held-out problems, before and after: eval.py on the base model and the last checkpoint
 DEMO_EVAL = --data runs/demo/tiny_seed0/held_out.jsonl --n 8 --max-new-tokens 6 --rollout hf
 
-demo:  ## F-DAPO on the tiny offline model and toy task, eval.py before and after: about a minute
+demo:  ## F-DAPO on the tiny offline model and toy task, eval.py before and after: about 2 min
 	rm -rf runs/demo
 	$(PYTHON) fgrpo.py --model tiny --algo dapo --gamma 1 --out runs/demo
 	$(PYTHON) eval.py --model runs/demo/tiny_seed0/model $(DEMO_EVAL) --out runs/demo/eval_base
@@ -71,8 +71,8 @@ parity-deps:  ## verl into PARITY_DEPS (23 MB, seconds), once: for make parity a
 parity: parity-deps  ## fgrpo's advantages and losses vs verl's and TRL's own code (bench/parity.py)
 	$(PYTHON) bench/parity.py --deps $(PARITY_DEPS)
 
-mutation:  ## plant each bug of bench/mutants.py in a scratch copy: the fast tests must catch all
-	$(PYTHON) bench/mutation.py
+mutation: parity-deps  ## each bug of bench/mutants.py in a scratch copy: make test must fail
+	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) bench/mutation.py
 
 # math-verify and its two dependencies: pure-Python wheels for a GPU machine without internet
 WHEELS = bench/wheels

@@ -321,6 +321,8 @@ def print_table(rows):  # as markdown, the first row the header
 # ---------------------------------------------------------------- --compare, main
 def subsample_size(args, least):
     """--test subsampling's m: --m, else n/4 of least, App. Q's 256 of 1024; None: permutation."""
+    if args.m is not None and args.test != "subsampling":
+        sys.exit("error: --m is --test subsampling's; the permutation test uses every sample")
     m = max(1, least // 4) if args.m is None else args.m
     if args.test == "subsampling" and not 1 <= m <= least / 2:  # delta* narrower than delta
         sys.exit(f"error: --m {m} must be 1 to n/2 = {least / 2:g} with --test subsampling: above "
@@ -385,12 +387,10 @@ def main(argv=None):
     check_args(args)
     if argv is None and fgrpo.needs_relaunch():  # plain python on a multi-GPU node: rank per GPU
         return fgrpo.relaunch_under_torchrun()
-    # this rank's GPU and the process group; a rank may finish hours before the slowest
-    fgrpo.init_distributed(timeout=datetime.timedelta(days=7))
+    fgrpo.init_distributed(timeout=datetime.timedelta(days=7))  # a rank may end hours early
     Path(args.out).mkdir(parents=True, exist_ok=True)
     benches = load_benchmarks(args)
-    sampler = None
-    done = {}
+    sampler, done = None, {}
     for name, (_, problems) in benches.items():
         done[name], sampler = run_benchmark(Path(args.out) / f"{name}.jsonl", problems, sampler,
                                             args)

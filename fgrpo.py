@@ -794,10 +794,10 @@ def load_state(ckpt, model, opt, sched):
 # ------------------------------------------------------------------------------------------------
 # The loop (save_and_stop and checkpoint_to_resume: preemption and resume, plumbing)
 class Hooks(NamedTuple):
-    """What an experiment may swap in train(): fgrpo's own functions by default."""
-    sample: callable = rollout
-    score: callable = verify
-    advantages: callable = group_advantages
+    """Parts an experiment may swap in train() (patching fgrpo.verify etc. does not reach it)."""
+    sample: callable = rollout  # (model, tok, engine, prompts, n, args, seed) -> samples
+    score: callable = verify  # (completions, golds) -> 0/1 rewards
+    advantages: callable = group_advantages  # (rewards (P, N), gamma, correct=) -> (P, N)
     after_step: callable = lambda model, step, metrics: None
 
 @functools.lru_cache(maxsize=2)

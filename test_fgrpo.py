@@ -1814,6 +1814,8 @@ def test_compare_m_follows_n_and_the_paper_test_is_refused_or_flagged_off_n_over
                                              "with --test subsampling: above n/2 it says p < "
                                              "alpha too often"):
             _compare(a, a, "--test", "subsampling", "--m", str(m))
+    with pytest.raises(SystemExit, match="^error: --m is --test subsampling's; the permutation"):
+        _compare(a, a, "--m", "16")  # not read by the default test: refused, not ignored
 
 
 def _hypergeometric_pmf(n, c, m):

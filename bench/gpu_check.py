@@ -97,7 +97,7 @@ QWEN25_7B_PARAMS = 7_615_616_512  # counted by hand from these shapes, as test_f
 # head_dim 64: vLLM's CPU attention takes it
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=1,
              num_key_value_heads=1, tie_word_embeddings=False)
-LOOP_STEPS = 20  # the demo learns visibly in 20 steps (docs/verified-where.md has a CPU run's rise)
+LOOP_STEPS = 20  # the demo learns visibly in 20 steps (docs/bench.md, the loop row)
 SMALL_LOOP_STEPS = 6  # --small: the same checks of resuming, in a fraction of the time
 # vLLM (bf16, its own fused kernels) against the trainer (bf16 through FSDP2) on the same bf16
 # weights. On this model shape (random Qwen2.5-0.5B, 4 prompts x 16 greedy tokens) bf16 against

@@ -5,7 +5,7 @@ The paper's claim (arXiv 2602.06717, Sec. 3-4): with a small group, group-relati
 the correct solutions it samples; a rare correct solution that goes unsampled loses mass, and pass@k
 at large k falls. The focal weight g = (1 - X/N)^gamma is to keep more of it at the same pass@1.
 
-    python experiments/see_it_happen.py           # the grid: 10 seeds, 135 CPU-min (2 cores)
+    python experiments/see_it_happen.py           # the grid: 10 seeds, 133 CPU-min (2 cores)
     python experiments/see_it_happen.py --quick   # the whole pipeline in miniature, about 2 min
     python experiments/see_it_happen.py --out experiments/results   # replace the committed results
     python experiments/see_it_happen.py --out experiments/results --report-only  # tables again
@@ -30,7 +30,7 @@ objectives; experiments/two_strategy.py simulates them.
 Warm starts (WARM_STARTS, --starts): supervised steps towards a target answer distribution, then 50
 more at a time until the stopping rule holds on training prompts (never the held-out ones): the
 first digit holds half the mass, and the last digit WARM_MIN_RATIO times one wrong digit's (the
-"rare ratio"). "rare" (the main result) makes the rare strategy rare, mass 0.037 ± 0.003 over
+"rare ratio"). "rare" (the main result) makes the rare strategy rare, mass 0.037 ± 0.002 over
 10 seeds, yet a strategy (3.6 times a wrong digit): a sharp base, whose pass@k has room to move
 up to k 32. "strategy" gives it about 0.12 (3 times a wrong digit too: pass@k saturates early).
 
