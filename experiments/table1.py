@@ -505,10 +505,10 @@ def markdown(table):
              "",
              *run_lines(table), "", "## F-run minus base run", "",
              "Δ: the F-run minus its base run at the same seed, in points (mean ± 95% t-interval "
-             "over seeds where there are several). p: eval.py --compare's two-sided p, one per seed "
-             "(its default test, an exact per-problem permutation test, unless --compare-flags "
-             "names another). It re-deals the two checkpoints' samples, so it speaks of sampling "
-             "noise, not of a method across training seeds.", "",
+             "over seeds where there are several). p: eval.py --compare's two-sided p, one per "
+             "seed (its default test, an exact per-problem permutation test, unless "
+             "--compare-flags names another). It re-deals the two checkpoints' samples, so it "
+             "speaks of sampling noise, not of a method across training seeds.", "",
              *pair_lines(table)]
     return "\n".join(lines) + "\n"
 
