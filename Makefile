@@ -52,7 +52,7 @@ table1:  ## the paper's Table 1 on a GPU node (experiments/table1.py); run again
 table1-tiny:  ## the same on the tiny model, offline on a CPU (runs/table1-tiny): 5 min on 2 cores
 	$(PYTHON) experiments/table1.py --model tiny $(TABLE1)
 
-bench:  ## ratios against the plain alternatives (bench/run.py): about 30 min; quick: BENCH_QUICK=1
+bench:  ## ratios against the plain alternatives (bench/run.py): about 15 min; quick: BENCH_QUICK=1
 	$(PYTHON) bench/run.py
 
 # verl 0.9.1 with the few packages its imported parts need, in a scratch folder and never in this
