@@ -235,7 +235,7 @@ def score_all(verify_fn, preds, golds, kw, limit, chunk=16):
     return scores, errors, why
 
 
-def main():
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--tests", required=True,
@@ -253,29 +253,22 @@ def main():
                         "must read 100%%)")
     p.add_argument("--show", type=int, default=10,
                    help="print this many fgrpo-vs-reference disagreements")
-    args = p.parse_args()
+    return p.parse_args()
 
-    cases, skipped = extract(args.tests)
-    if not cases:
-        sys.exit(f"error: no cases found in {args.tests}/*.py")
+
+def load_verify(args):
+    """The function that scores the 'fgrpo' column: fgrpo.verify, or the serial reference."""
     if args.self_check:
-        verify_fn = lambda preds, golds, **_: [verl_score(pr, g) for pr, g in zip(preds, golds)]
-    else:
-        spec = importlib.util.spec_from_file_location(
-            "fgrpo", args.fgrpo or Path(__file__).resolve().parent.parent / "fgrpo.py")
-        sys.modules["fgrpo"] = fgrpo = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(fgrpo)
-        verify_fn = fgrpo.verify
-    kw = {} if args.timeout is None else {"timeout": args.timeout}
-    ours, errors, batch_error = score_all(verify_fn, [c["pred"] for c in cases],
-                                          [c["gold"] for c in cases], kw, args.batch_limit)
-    for case, score, error in zip(cases, ours, errors):
-        case.update(fgrpo=score, fgrpo_error=error,
-                    reference=verl_score(case["pred"], case["gold"]),
-                    unwrapped=verl_score(case["pred"], case["gold"], wrap=False),
-                    native=native_score(case))
+        return lambda preds, golds, **_: [verl_score(pr, g) for pr, g in zip(preds, golds)]
+    spec = importlib.util.spec_from_file_location(
+        "fgrpo", args.fgrpo or Path(__file__).resolve().parent.parent / "fgrpo.py")
+    sys.modules["fgrpo"] = fgrpo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fgrpo)
+    return fgrpo.verify
 
-    # One row per configuration label (and the three groups), columns = agreement rates.
+
+def report(cases, skipped, errors, batch_error, args):
+    """One row per configuration label (and the three groups), columns = agreement rates."""
     pairs = {"fgrpo~ref": ("fgrpo", "reference"), "fgrpo~expected": ("fgrpo", "expected"),
              "ref~expected": ("reference", "expected"), "unwrapped~exp": ("unwrapped", "expected"),
              "native~exp": ("native", "expected")}
@@ -302,6 +295,23 @@ def main():
         print(f"  {c['file']}:{c['line']} gold={c['gold'][:40]!r} pred={c['pred'][-50:]!r} "
               f"fgrpo={c['fgrpo_error'] or c['fgrpo']} reference={c['reference']:.0f} "
               f"expected={c['expected']:.0f}")
+
+
+def main():
+    args = parse_args()
+    cases, skipped = extract(args.tests)
+    if not cases:
+        sys.exit(f"error: no cases found in {args.tests}/*.py")
+    verify_fn = load_verify(args)
+    kw = {} if args.timeout is None else {"timeout": args.timeout}
+    ours, errors, batch_error = score_all(verify_fn, [c["pred"] for c in cases],
+                                          [c["gold"] for c in cases], kw, args.batch_limit)
+    for case, score, error in zip(cases, ours, errors):
+        case.update(fgrpo=score, fgrpo_error=error,
+                    reference=verl_score(case["pred"], case["gold"]),
+                    unwrapped=verl_score(case["pred"], case["gold"], wrap=False),
+                    native=native_score(case))
+    report(cases, skipped, errors, batch_error, args)
     source = "self-check" if args.self_check else str(args.fgrpo or "fgrpo.py")
     Path(args.out).write_text(json.dumps(dict(fgrpo=source, batch_error=batch_error, cases=cases,
                                               skipped=skipped), indent=1))
