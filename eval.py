@@ -169,8 +169,7 @@ def as_problem(i, row, bench):
                            "Answer with the letter of the correct option.",
                 "answer": "ABCD"[order.index(0)]}
     text = ", ".join(map(str, answer)) if isinstance(answer, list) else str(answer)
-    if "\\boxed{" in text:
-        text = last_boxed(text)
+    text = last_boxed(text) if "\\boxed{" in text else text
     return {"problem": str(row[bench.problem_field]), "answer": text}
 
 # ---------------------------------------------------------------- sampling: DIR/<benchmark>.jsonl
@@ -228,8 +227,7 @@ def merge(path, problems, args, rescore=False):
     index (in memory); the shards deleted -> {index: scores}. A line a kill cut short is dropped:
     that problem is sampled again. `rescore` verifies the saved completions again."""
     shards = sorted(path.parent.glob(glob.escape(path.stem) + ".rank*.jsonl"))
-    lines = {}
-    scores = {}
+    lines, scores = {}, {}
     for file in ([path] if path.exists() else []) + shards:
         with file.open(encoding="utf-8") as f:
             # json.dumps escapes newlines, so only a whole line ends with one: a cut one never does
@@ -342,7 +340,9 @@ def compare(dir_a, dir_b, args):
     a, b = (json.loads(path.read_text())["benchmarks"] for path in paths)
     if a.keys() != b.keys() or any(a[x]["ids"] != b[x]["ids"] for x in a):
         sys.exit(f"error: {dir_a} and {dir_b} hold different problems: compare the same ones")
-    least = min(min(r[x]["samples"]) for r in (a, b) for x in r)  # eval.py gives every problem n
+    if any(len(set(r[x]["samples"])) > 1 for r in (a, b) for x in r):  # a resume at another --n
+        sys.exit("error: --compare needs one n for every problem of a folder: evaluate it again")
+    least = min(r[x]["samples"][0] for r in (a, b) for x in r)
     m = subsample_size(args, least)
     ks = powers_of_two(m or least)
     rng = np.random.default_rng(args.seed)

@@ -1794,6 +1794,13 @@ def test_compare_refuses_different_problem_sets(tmp_path, capsys):
         with pytest.raises(SystemExit) as e:
             _compare(a, other)
         assert str(e.value).startswith("error:") and "different problems" in str(e.value)
+    # one folder with n 16 and n 8 (a resume at another --n): refused, not read at the first n
+    mixed = json.loads((tmp_path / "a" / "results.json").read_text())
+    mixed["benchmarks"]["toy"]["samples"][-1] = 8
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "results.json").write_text(json.dumps(mixed))
+    with pytest.raises(SystemExit, match="^error: --compare needs one n for every problem"):
+        _compare(a, str(tmp_path / "d"))
 
 
 def test_compare_m_follows_n_and_the_paper_test_is_refused_or_flagged_off_n_over_2(tmp_path,
