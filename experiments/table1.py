@@ -591,7 +591,7 @@ def build_table(args):
     note = ""
     if top != PAPER_K:
         note = (f"pass@{top} stands in for the paper's pass@256: n = {n} samples a problem "
-                "allow no larger k.")
+                "(and --compare's m under --test subsampling) allow no larger k.")
     rows = run_rows(evals, columns, ks)
     campaign = args.work / "campaign.json"
     model = json.loads(campaign.read_text())["model"] if campaign.exists() else first["model"]
