@@ -76,6 +76,7 @@ import signal
 import statistics
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import torch
@@ -88,66 +89,98 @@ import fgrpo  # noqa: E402
 import see_it_happen_report as report  # noqa: E402
 from paired import paired_summary  # noqa: E402
 
+PROTOCOL = tomllib.loads((ROOT / "experiments" / "see_it_happen_protocol.toml").read_text())
+DESIGN = PROTOCOL["design"]  # the defaults of the flags below
+RULES = PROTOCOL["rules"]
 DIGITS = [str(d) for d in range(10)]
 WRONG_DIGITS = 8  # the ten digits but the first and the last (a prompt's digits are distinct)
 KINDS = ("both", "rare", "common")
-MIXES = {"tie": {"both": 0.6, "rare": 0.2, "common": 0.2},
-         "rare": {"both": 0.6, "rare": 0.4, "common": 0.0}}
-KS = tuple(2 ** i for i in range(9))  # pass@k at k = 1, 2, 4, ..., 256
-HEADLINE_MAX = 0.9  # the headline k: the largest k with the base model's pass@k at most this
-LOST = 0.02  # the rare strategy is lost on a prompt where it holds less of the correct mass
-BROKEN = 0.9  # a run has broken down once the answer space holds less than this of the mass
-# warm-start targets: (first digit, last digit), the rest uniform over the ten digits
-WARM_STARTS = {"rare": (0.87, 0.03), "strategy": (0.54, 0.09)}
-WARM_MIN_RATIO = {"rare": 3.0, "strategy": 2.5}  # the rare ratio the stopping rule asks for
-RULE_PROMPTS = 48  # training prompts the warm start's stopping rule reads
+MIXES = PROTOCOL["mixes"]
+KS = tuple(RULES["ks"])  # pass@k at k = 1, 2, 4, ..., 256
+HEADLINE_MAX = RULES["headline_max"]  # the headline k: the largest k with base pass@k at most this
+LOST = RULES["lost"]  # the rare strategy is lost on a prompt where its share is under this
+BROKEN = RULES["broken"]  # a run has broken down once the answer space holds less of the mass
+# warm-start targets: (first digit, last digit), the rest uniform over the ten digits, and the
+# rare ratio its stopping rule asks for
+WARM_STARTS = {k: tuple(w["target"]) for k, w in PROTOCOL["warm_starts"].items()
+               if isinstance(w, dict)}
+WARM_MIN_RATIO = {k: w["min_ratio"] for k, w in PROTOCOL["warm_starts"].items()
+                  if isinstance(w, dict)}
+RULE_PROMPTS = PROTOCOL["warm_starts"]["rule_prompts"]  # training prompts the stopping rule reads
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    a = p.add_argument
-    a("--seeds", type=int, default=10, help="seeds 0..S-1: each its own warm start, data, samples")
-    a("--starts", nargs="+", default=["rare"], choices=list(WARM_STARTS),
+    add_design_flags(p.add_argument)
+    add_run_flags(p.add_argument)
+    args = p.parse_args(argv)
+    if args.confirm:  # the protocol's confirmation: its seeds, and the analyses run on them alone
+        args.first_seed, args.seeds = PROTOCOL["seeds"]["confirmation"]
+        args.bracket_lrs = PROTOCOL["bracket"]["lrs"]
+        args.ceiling_seeds = PROTOCOL["ceilings"]["seeds"]
+        args.ceiling_steps = PROTOCOL["ceilings"]["steps"]
+    if args.quick:
+        quick = dict(seeds=2, starts=["rare", "strategy"], lrs=[1e-4, 1e-3], steps=4, prompts=8,
+                     mini_batch=4, warm_steps=40, train_problems=200, heldout=12,
+                     measure_every=2, eval_n=16, levels=4, bracket_lrs=[3e-5], ceiling_seeds=1,
+                     ceiling_steps=6, work=args.work.with_name(args.work.name + "_quick"))
+        vars(args).update(quick)
+    args.name = args.name or "see_it_happen_" + ("confirmation" if args.confirm else "exploration")
+    args.name += "_quick" * args.quick
+    args.out = args.out or args.work / "results"
+    check_args(p, args)
+    return args
+
+
+def add_design_flags(a):
+    """The design's flags, their defaults the protocol's [design] (the exploration seeds)."""
+    d = DESIGN
+    a("--seeds", type=int, default=PROTOCOL["seeds"]["exploration"][1],
+      help="seeds FIRST..FIRST+S-1 (--first-seed): each its own warm start, data, samples")
+    a("--first-seed", type=int, default=PROTOCOL["seeds"]["exploration"][0], help="the first seed")
+    a("--starts", nargs="+", default=[d["start"]], choices=list(WARM_STARTS),
       help="warm starts (WARM_STARTS); the first is the main result")
-    a("--mixes", nargs="+", default=["tie"], choices=list(MIXES), help="problem mixes (MIXES)")
-    a("--algo", default="dapo", choices=sorted(fgrpo.PAPER_EPS), help="the frontier's algorithm")
-    a("--lrs", type=float, nargs="+", default=[3e-5, 1e-4, 2e-4, 3e-4],
-      help="AdamW lrs of every arm, bracketing its best stable lr from below")
-    a("--gammas", type=float, nargs="+", default=[0.0, 1.0],
+    a("--mixes", nargs="+", default=[d["mix"]], choices=list(MIXES), help="problem mixes (MIXES)")
+    a("--algo", default=d["algo"], choices=sorted(fgrpo.PAPER_EPS), help="the base algorithm")
+    a("--lrs", type=float, nargs="+", default=d["lrs"], help="AdamW lrs of every arm: each "
+      "frontier is taken over these")
+    a("--gammas", type=float, nargs="+", default=d["gammas"],
       help="focal exponents at N = --n; 0 (the base algorithm) first")
-    a("--exact-gammas", type=float, nargs="*", default=[0.0, 1.0],
+    a("--exact-gammas", type=float, nargs="*", default=d["exact_gammas"],
       help="focal exponents of the exact expected update (N -> infinity); 0 first, or none")
-    a("--steps", type=int, default=96, help="rollout steps of every arm")
-    a("--n", type=int, default=8, help="group size N of the sampled arms")
-    a("--prompts", type=int, default=16, help="prompts per rollout step")
-    a("--mini-batch", type=int, default=4, help="prompts per optimiser step (App. L: 4 a rollout)")
-    a("--warm-steps", type=int, default=200, help="supervised warm-start steps (16 prompts each)")
-    a("--train-problems", type=int, default=2000, help="training problems per seed and mix")
-    a("--heldout", type=int, default=48, help="held-out prompts (exact metrics, eval.py's check)")
-    a("--measure-every", type=int, default=8, help="exact probabilities every K steps, the last")
-    a("--levels", type=int, default=10, help="matched-pass@1 levels per seed, at 1/L .. L/L of "
-      "the way from the base model's pass@1 to the top of the matched range")
-    a("--eval-n", type=int, default=64, help="eval.py's samples per held-out problem (cross-check)")
+    a("--steps", type=int, default=d["steps"], help="rollout steps of every arm")
+    a("--n", type=int, default=d["n"], help="group size N of the sampled arms")
+    a("--prompts", type=int, default=d["prompts"], help="prompts per rollout step")
+    a("--mini-batch", type=int, default=d["mini_batch"], help="prompts per optimiser step")
+    a("--warm-steps", type=int, default=d["warm_steps"], help="supervised warm-start steps")
+    a("--train-problems", type=int, default=d["train_problems"], help="training problems a seed")
+    a("--heldout", type=int, default=d["heldout"], help="held-out prompts (exact metrics)")
+    a("--measure-every", type=int, default=d["measure_every"], help="exact probabilities every "
+      "K steps, and at the last")
+    a("--levels", type=int, default=d["levels"], help="matched-pass@1 levels per seed, at 1/L .. "
+      "L/L of the way from the base model's pass@1 to the top of the matched range")
+    a("--eval-n", type=int, default=d["eval_n"], help="eval.py's samples per held-out problem")
+    a("--bracket-lrs", type=float, nargs="*", default=[], help="more lrs of every arm, kept out "
+      "of the frontiers above: does a lower lr lift them (the protocol's [bracket])")
+    a("--ceiling-seeds", type=int, default=0, help="on the first K seeds, each N-n arm's best "
+      "stable run again for --ceiling-steps (the protocol's [ceilings])")
+    a("--ceiling-steps", type=int, default=2 * d["steps"], help="steps of those runs")
+
+
+def add_run_flags(a):
+    a("--confirm", action="store_true", help="the protocol's confirmation: its seeds, with "
+      "--bracket-lrs and the ceiling runs as it fixes them")
     a("--workers", type=int, default=2, help="processes, one (seed, start) each at a time")
     a("--work", type=Path, default=ROOT / "runs" / "see_it_happen",
       help="models, runs and finished arms: a rerun reuses arms finished with the same settings")
     a("--out", type=Path, help="results folder; default WORK/results, so that a run never "
       "overwrites the committed experiments/results unless told to (--out experiments/results)")
-    a("--name", default="see_it_happen", help="prefix of the result files")
+    a("--name", help="prefix of the result files; default see_it_happen_exploration, or "
+      "_confirmation with --confirm (and _quick with --quick)")
     a("--quick", action="store_true", help="miniature: 2 seeds, 2 lrs, 4 steps, small batches")
     a("--report-only", action="store_true", help="the summary, tables and figures again from the "
       "runs in OUT/NAME.json (its settings and times), without training")
-    args = p.parse_args(argv)
-    if args.quick:
-        quick = dict(seeds=2, starts=["rare", "strategy"], lrs=[1e-4, 1e-3], steps=4, prompts=8,
-                     mini_batch=4, warm_steps=40, train_problems=200, heldout=12,
-                     measure_every=2, eval_n=16, levels=4, name=args.name + "_quick",
-                     work=args.work.with_name(args.work.name + "_quick"))
-        vars(args).update(quick)
-    args.out = args.out or args.work / "results"
-    check_args(p, args)
-    return args
 
 
 def check_args(p, args):
@@ -159,6 +192,8 @@ def check_args(p, args):
         p.error("--prompts must divide into --mini-batch")
     if args.seeds < 2 or args.levels < 1 or args.eval_n < 2:
         p.error("--seeds >= 2 (the seed is the unit), --levels >= 1, --eval-n >= 2")
+    if set(args.bracket_lrs) & set(args.lrs) or args.ceiling_seeds > args.seeds:
+        p.error("--bracket-lrs must not repeat --lrs; --ceiling-seeds at most --seeds")
 
 # ---------------------------------------------------------------- the task
 def make_digits(count, rng, exclude=()):
@@ -357,8 +392,8 @@ def fgrpo_argv(arm, args, seed, data, base_dir, out, group):
             "--gamma", repr(arm["gamma"]), "--lr", repr(arm["lr"]), "--n", str(group),
             "--prompts", str(args.prompts), "--mini-batch", str(args.mini_batch),
             "--micro-batch", str(per_update), "--gen-batch", str(args.prompts * group),
-            "--warmup", "0", "--max-new-tokens", str(MAX_NEW), "--steps", str(args.steps),
-            "--save-every", str(args.steps), "--seed", str(seed), "--rollout", "hf",
+            "--warmup", "0", "--max-new-tokens", str(MAX_NEW), "--steps", str(arm["steps"]),
+            "--save-every", str(arm["steps"]), "--seed", str(seed), "--rollout", "hf",
             "--out", str(out)]
 
 
@@ -412,7 +447,7 @@ def train_arm(arm, ctx, keep=False):
     cpu = time.process_time()
 
     def measure(model, step, metrics):
-        if step % args.measure_every == 0 or step == args.steps:
+        if step % args.measure_every == 0 or step == arm["steps"]:
             curve.append({"step": step, **strategy_probs(model, tok, ctx["heldout"])})
 
     hooks = fgrpo.Hooks(score=answer_set_verify, after_step=measure, **swapped)
@@ -477,15 +512,15 @@ def prepare_seed(seed, start, args, heldout):
 
 def arm_specs(args):
     """Every arm of a (seed, start, mix): (gamma, lr, n), N = --n at --gammas and the exact update
-    at --exact-gammas, every lr."""
-    return [(g, lr, n) for lr in args.lrs for n, gammas in ((args.n, args.gammas),
-                                                           ("exact", args.exact_gammas))
-            for g in gammas]
+    at --exact-gammas, every lr of --lrs and --bracket-lrs."""
+    return [(g, lr, n) for lr in args.lrs + args.bracket_lrs
+            for n, gammas in ((args.n, args.gammas), ("exact", args.exact_gammas)) for g in gammas]
 
 
 def run_job(seed, start, args, heldout):
     """One (seed, warm start), on one torch thread: its base model and every arm in every mix; in
-    the main start's first mix, eval.py's cross-check of F's sampled arm at the first lr."""
+    the main start's first mix, eval.py's cross-check of F's sampled arm at the first lr, and on
+    the first --ceiling-seeds seeds the ceiling runs."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     import transformers.utils.logging as hf_logging
@@ -494,22 +529,51 @@ def run_job(seed, start, args, heldout):
         ctx = prepare_seed(seed, start, args, heldout)
         arms = {mix: {} for mix in args.mixes}
         check = None
+        ceilings = {}
+        main_start = start == args.starts[0]
         for mix in args.mixes:
             for gamma, lr, n in arm_specs(args):
                 arm = {"mix": mix, "algo": args.algo, "gamma": gamma, "lr": lr, "n": n,
-                       "name": arm_name(args.algo, gamma, lr, n)}
-                keep = (start, mix, gamma, lr, n) == (args.starts[0], args.mixes[0],
-                                                      args.gammas[-1], args.lrs[0], args.n)
+                       "name": arm_name(args.algo, gamma, lr, n), "steps": args.steps}
+                keep = main_start and (mix, gamma, lr, n) == (args.mixes[0], args.gammas[-1],
+                                                              args.lrs[0], args.n)
                 arms[mix][arm["name"]] = record = train_arm(arm, ctx, keep=keep)
-                last = exact_metrics(record["curve"][-1], ctx["base"], mix)
-                print(f"seed {seed} {start}/{mix} {arm['name']:26s} pass@1 {last['pass@1']:.3f} "
-                      f"rare share {last['rare share']:.3f} ({record['seconds']:.0f} s)",
-                      flush=True)
+                report_arm(ctx, arm, record)
                 if keep:
                     check = cross_check(ctx, arm, record)
+            if main_start and seed - args.first_seed < args.ceiling_seeds:
+                ceilings[f"{start}/{mix}"] = ceiling_runs(ctx, mix, arms[mix])
     finally:
         torch.set_num_threads(threads)
-    return {"seed": seed, "start": start, "base": ctx["base"], "arms": arms, "check": check}
+    return {"seed": seed, "start": start, "base": ctx["base"], "arms": arms, "check": check,
+            "ceilings": ceilings}
+
+
+def report_arm(ctx, arm, record):
+    last = exact_metrics(record["curve"][-1], ctx["base"], arm["mix"])
+    print(f"seed {ctx['seed']} {ctx['start']}/{arm['mix']} {arm['name']:26s} pass@1 "
+          f"{last['pass@1']:.3f} rare share {last['rare share']:.3f} ({record['seconds']:.0f} s)",
+          flush=True)
+
+
+def ceiling_runs(ctx, mix, arms):
+    """Per N = --n arm (gamma), its best stable run of --lrs on this seed (the highest pass@1 of
+    any measurement) again for --ceiling-steps: {"GAMMA/N": its record, with the lr it took}."""
+    args = ctx["args"]
+    out = {}
+    for gamma in args.gammas:
+        paths = {name: [exact_metrics(p, ctx["base"], mix) for p in arms[name]["curve"]]
+                 for name in sweep(args, gamma, args.n)}
+        stable = [name for name, path in paths.items() if not broke_down(path)]
+        if not stable:
+            continue
+        best = max(stable, key=lambda name: ceiling([paths[name]]))
+        arm = {"mix": mix, "algo": args.algo, "gamma": gamma, "lr": arms[best]["lr"],
+               "n": args.n, "name": f"{best}_steps{args.ceiling_steps}",
+               "steps": args.ceiling_steps}
+        out[f"{gamma:g}/{args.n}"] = record = train_arm(arm, ctx)
+        report_arm(ctx, arm, record)
+    return out
 
 
 def cross_check(ctx, arm, record):
@@ -541,7 +605,7 @@ def cross_check(ctx, arm, record):
 def run_jobs(args, heldout):
     """run_job for every (seed, start), in --workers processes (spawned: each imports torch afresh
     with one thread), or here; then per seed, its conditions "START/MIX" side by side."""
-    jobs = [(seed, start, args, heldout) for start in args.starts for seed in range(args.seeds)]
+    jobs = [(seed, start, args, heldout) for start in args.starts for seed in seed_range(args)]
     if args.workers == 1:
         done = [run_job(*job) for job in jobs]
     else:
@@ -551,14 +615,20 @@ def run_jobs(args, heldout):
         finally:
             pool.close()  # the workers finish; terminate() would SIGTERM them mid-write
             pool.join()
-    seeds = [{"seed": seed, "base": {}, "arms": {}, "check": None} for seed in range(args.seeds)]
+    seeds = [{"seed": seed, "base": {}, "arms": {}, "check": None, "ceilings": {}}
+             for seed in seed_range(args)]
     for job in done:
-        s = seeds[job["seed"]]
+        s = seeds[job["seed"] - args.first_seed]
         for mix, arms in job["arms"].items():
             s["base"][f"{job['start']}/{mix}"] = job["base"]
             s["arms"][f"{job['start']}/{mix}"] = arms
         s["check"] = s["check"] or job["check"]
+        s["ceilings"].update(job["ceilings"])
     return seeds
+
+
+def seed_range(args):
+    return range(args.first_seed, args.first_seed + args.seeds)
 # ---------------------------------------------------------------- analysis: frontiers, seeds paired
 LOWER_IS_BETTER = {"rare lost"}
 MECHANISM = ("rare share", "rare lost")
@@ -714,8 +784,15 @@ def frontier_lrs(traj, key, names, levels, metric):
     return {"counts": counts, "lowest_margin": statistics.fmean(margins) if margins else None}
 
 
-def sweep(args, gamma, n):
-    return [arm_name(args.algo, gamma, lr, n) for lr in args.lrs]
+def sweep(args, gamma, n, lrs=None):
+    """An arm's runs at every lr of --lrs (or of `lrs`), by name."""
+    return [arm_name(args.algo, gamma, lr, n) for lr in lrs or args.lrs]
+
+
+def sweep_of(args, key, lrs=None):
+    """sweep() of an arm named "GAMMA/N" (N a group size or "exact")."""
+    gamma, n = key.split("/")
+    return sweep(args, float(gamma), n if n == "exact" else int(n), lrs)
 
 
 def headline_k(base):
@@ -723,7 +800,8 @@ def headline_k(base):
     return max([k for k in KS if base[f"pass@{k}"][0] <= HEADLINE_MAX], default=1)
 
 
-CURVE = tuple(f"pass@{k}" for k in KS) + MECHANISM
+KS_METRICS = tuple(f"pass@{k}" for k in KS)
+CURVE = KS_METRICS + MECHANISM
 
 
 def summarise_condition(traj, seeds, key, args):
@@ -746,6 +824,11 @@ def summarise_condition(traj, seeds, key, args):
             out["frontier_lrs"][f"{g:g}/{n}"] = [
                 frontier_lrs(traj, key, names, res[f"pass@{k}"]["levels"], f"pass@{k}")
                 for names in pair]
+    out["versus_exact"] = {f"{b} - {a}": {m: compare(traj, key, sweep_of(args, a),
+                                                       sweep_of(args, b), args, m) for m in CURVE}
+                           for a, b in PROTOCOL["versus_exact"]["pairs"] if args.exact_gammas}
+    if args.bracket_lrs:
+        out["bracket"] = bracket(traj, key, args)
     for g in [g for g in args.gammas[1:] if g in args.exact_gammas]:
         sampled = [sweep(args, 0.0, args.n), sweep(args, g, args.n)]
         exact = [sweep(args, 0.0, "exact"), sweep(args, g, "exact")]
@@ -756,6 +839,50 @@ def summarise_condition(traj, seeds, key, args):
             if at_n["gaps"] and not at_n["unmatched"]:
                 diffs[m] = paired_summary([a - b for a, b in zip(at_n["gaps"], at_exact["gaps"])])
         out["n_minus_exact"][f"{g:g}"] = diffs
+    return out
+
+
+def bracket(traj, key, args):
+    """With --bracket-lrs: each arm's frontier over every lr minus over --lrs alone ("GAMMA/N":
+    how much the lower lrs lift it, >= 0), and F minus the base algorithm over every lr."""
+    every = sorted(args.lrs + args.bracket_lrs)
+    arms = [f"{g:g}/{n}" for n, gs in ((args.n, args.gammas), ("exact", args.exact_gammas))
+            for g in gs]
+    out = {arm: {m: compare(traj, key, sweep_of(args, arm), sweep_of(args, arm, every), args, m)
+                 for m in KS_METRICS} for arm in arms}
+    for arm in arms:
+        if not arm.startswith("0/"):
+            base = "0/" + arm.split("/")[1]
+            out[f"{arm} - {base}, every lr"] = {m: compare(traj, key, sweep_of(args, base, every),
+                                                           sweep_of(args, arm, every), args, m)
+                                                for m in KS_METRICS}
+    return out
+
+
+def ceiling_summary(seeds, key, args):
+    """The ceiling runs (--ceiling-seeds): per arm "GAMMA/N", per seed its lr, the highest pass@1
+    in --steps (the grid's run) and in --ceiling-steps, the step of the latter, and every metric
+    of CURVE there; means over the seeds, and F minus the base arm paired over them."""
+    rows = {}
+    for s in seeds:
+        for arm, record in s["ceilings"].get(key, {}).items():
+            grid = s["arms"][key][arm_name(args.algo, record["gamma"], record["lr"], args.n)]
+            path = trajectories([{**s, "arms": {key: {"long": record, "grid": grid}}}])[0][key]
+            top = max(path["long"], key=lambda p: p["pass@1"])
+            rows.setdefault(arm, []).append({
+                "seed": s["seed"], "lr": record["lr"], "broke down": broke_down(path["long"]),
+                "grid top": ceiling([path["grid"]]), **{m: top[m] for m in ("step", *CURVE)}})
+    out = {"runs": rows, "means": {arm: {m: statistics.fmean(r[m] for r in rs)
+                                         for m in ("grid top", "pass@1", "step", *CURVE)}
+                                   for arm, rs in rows.items()}}
+    base = f"0/{args.n}"
+    for arm in [a for a in rows if a != base and base in rows]:
+        by_seed = {r["seed"]: r for r in rows[base]}
+        pairs = [(by_seed[r["seed"]], r) for r in rows[arm] if r["seed"] in by_seed]
+        out[f"{arm} - {base}"] = {m: paired_summary([b[m] - a[m] for a, b in pairs])
+                                  for m in ("pass@1", *CURVE)}
+        out[f"{arm} top - {base} grid top"] = paired_summary([b["pass@1"] - a["grid top"]
+                                                              for a, b in pairs])
     return out
 
 
@@ -771,6 +898,9 @@ def summarise(seeds, args):
     traj = trajectories(seeds)
     out = {"conditions": {key: summarise_condition(traj, seeds, key, args)
                           for key in seeds[0]["arms"]}}
+    for key, res in out["conditions"].items():
+        if any(s.get("ceilings", {}).get(key) for s in seeds):
+            res["ceilings"] = ceiling_summary(seeds, key, args)
     out["check"] = [{"seed": s["seed"], **{f"{w} pass@{k}": s["check"][w][k] for w in
                                             ("sampled", "exact") for k in s["check"]["sampled"]}}
                     for s in seeds if s.get("check")]
