@@ -661,13 +661,18 @@ def call_in_worker(fn, tasks):  # an error comes back as text: not every one unp
             results.append((None, f"{type(e).__name__}: {e}"[:300]))
     return results
 
+class KillingFork(type(mp.get_context("fork"))):  # the verify workers' processes: they ignore
+    class Process(mp.get_context("fork").Process):  # SIGTERM, so Pool.terminate() kills them
+        def terminate(self):
+            self.kill()
+
 def map_from(fn, tasks, start, size, timeout, results, bar):
     """tasks[start:] in the workers, `size` a message, into results; returns where it stopped:
     len(tasks), or the first task of a message whose results are not in within `timeout` s."""
     global _POOL
-    if _POOL is None:  # forked, without train()'s SIGTERM handler (terminate() would wait forever)
-        _POOL = mp.get_context("fork").Pool(min(8, mp.cpu_count()), signal.signal,
-                                            (signal.SIGTERM, signal.SIG_DFL))
+    if _POOL is None:  # deaf to the SIGTERM a preemption sends every process: the step needs them
+        _POOL = KillingFork().Pool(min(8, mp.cpu_count()), signal.signal,
+                                   (signal.SIGTERM, signal.SIG_IGN))
         atexit.register(_POOL.terminate)  # before teardown, where Pool.__del__ would warn
     starts = range(start, len(tasks), size)
     jobs = _POOL.imap(functools.partial(call_in_worker, fn), [tasks[i:i + size] for i in starts])

@@ -743,6 +743,21 @@ def test_verify_pathological_completions_score_zero_within_timeout():
     assert elapsed < 300  # a hang check, not a speed check: without the outer timeout, no return
 
 
+def test_verify_workers_ignore_sigterm_and_terminate_kills_them():
+    # a preemption (SLURM, Kubernetes through torchrun) sends SIGTERM to every process of the run,
+    # the verify workers too: they must live on to finish the step being saved. So they ignore
+    # it (/proc's SigIgn mask, bit 15), and Pool.terminate() (after a hang, at exit) kills them
+    assert fgrpo.verify(["\\boxed{4}"], ["4"]) == [1.0]
+    workers = list(fgrpo._POOL._pool)
+    for worker in workers:
+        status = Path(f"/proc/{worker.pid}/status").read_text()
+        ignored = int(re.search(r"^SigIgn:\s*([0-9a-f]+)", status, re.M).group(1), 16)
+        assert ignored >> (signal.SIGTERM - 1) & 1, worker.pid
+    fgrpo._POOL.terminate()
+    fgrpo._POOL = None
+    assert all(not w.is_alive() for w in workers)
+
+
 @pytest.mark.slow
 def test_verify_workers_die_on_terminate_under_a_sigterm_handler():
     # train() sets a SIGTERM handler before the pool forks; killing the pool after a timeout (and
@@ -946,6 +961,46 @@ def _sigterm_after_first_step(out, *flags, tiny):
     stdout = proc.communicate(timeout=600)[0]
     assert proc.returncode == 1 and "stopped by SIGTERM after step" in stdout, stdout[-2000:]
     return (out / "latest").read_text() if (out / "latest").exists() else None
+
+
+def _processes_below(pid):
+    """The processes below `pid`, from /proc (torchrun's ranks lead sessions of their own)."""
+    parent_of = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent_of[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    below = []
+    level = [pid]
+    while level:
+        level = [child for child, parent in parent_of.items() if parent in level]
+        below += level
+    return below
+
+
+@pytest.mark.slow
+def test_a_preemption_signals_every_process_of_two_ranks_and_the_step_saves(tmp_path, tiny_saved):
+    # SLURM and Kubernetes (through torchrun) send SIGTERM to every process of a run: torchrun,
+    # the ranks and the ranks' verify workers. Workers that died with it lost the step's verify
+    # messages, whose 20 s timeout then outlasted torchrun's 30 s shutdown: SIGKILL, no save
+    out = tmp_path / "run"
+    launcher = (sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node", "2")
+    proc = _run(out, "--steps", "40", "--prompts", "8", "--mini-batch", "2", tiny=tiny_saved,
+                wait=False, launcher=launcher)
+    while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.02)
+    every = [proc.pid, *_processes_below(proc.pid)]
+    assert len(every) >= 5  # torchrun, 2 ranks, their verify workers
+    for pid in every:
+        os.kill(pid, signal.SIGTERM)
+    stdout = proc.communicate(timeout=600)[0]
+    assert stdout.count("stopped by SIGTERM after step") == 2, stdout[-3000:]
+    assert "forcefully exiting" not in stdout  # no rank had to be killed
+    saved = out / (out / "latest").read_text()
+    assert (saved / "trainer_state.pt").exists() and (saved / "model.safetensors").exists()
 
 
 @pytest.mark.slow
