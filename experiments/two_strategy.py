@@ -1,7 +1,7 @@
 """Two strategies on many prompts, every quantity exact: the categorical model of
 experiments/see_it_happen.py, and what GRPO's group-normalised update ascends.
 
-    python experiments/two_strategy.py            # 30 seeds, the whole grid: seconds to a minute
+    python experiments/two_strategy.py            # 30 seeds, the whole grid: minutes
     python experiments/two_strategy.py --quick    # 4 seeds, 2 lrs
 
 1. The expected update. For a prompt whose completions are correct with probability p, the expected

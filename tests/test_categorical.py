@@ -42,7 +42,7 @@ def test_tail_miss_probability_peak_and_errors():
 
 def test_categorical_simulation_focal_retains_more_positive_mass_at_n8():
     # App. J in miniature (--quick: all 128k actions, T = 300, AdamW 1e-2, 2 seeds). The full
-    # T = 1000 grid shows the same at N = 8 (M_ret 0.822 vs 0.691, README "Why focal weights").
+    # T = 1000 grid shows the same at N = 8 (M_ret 0.822 vs 0.691, docs/why-focal.md, section 7).
     cat = CATEGORICAL
     args = cat.parse_args(["--quick"])
     seeds = list(range(args.seeds))
