@@ -86,8 +86,8 @@ gpu-wheels:  ## where PyPI is reachable: math-verify's wheels into bench/wheels,
 NO_MATH_VERIFY = error: math-verify does not import and cannot be installed from $(WHEELS): run \
 	make gpu-wheels where PyPI is reachable and take $(WHEELS) along (docs/bench.md)
 
-# on one H200: 2.5-4 minutes expected (4-7 with vLLM), in a plan of 9 minutes (12 with vLLM)
-# counted from the process's start (bench/gpu_check.py's PLAN_S; docs/bench.md)
+# in a plan of 9 minutes (17 with vLLM) counted from the process's start (bench/gpu_check.py's
+# PLAN_S); on one H200 2-4 minutes expected without vLLM, its start on a GPU unmeasured
 gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): bench/gpu_results.json, minutes
 	@# math-verify (the loop's reward), where this Python lacks it, from bench/wheels into
 	@# bench/wheels/site: beside the machine's packages (its sympy), not into them; else stop here

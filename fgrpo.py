@@ -620,9 +620,9 @@ def sync_weights(engine, model):
     finally:
         logging.getLogger("vllm").removeHandler(heard)
     said = [s for s in said if s != VLLM_SYNC_NOTE]
-    unloaded = [s for s in said if "not loaded" in s or "Failed to load" in s]
+    unloaded = "; ".join(s for s in said if "not loaded" in s or "Failed to load" in s)
     if unloaded:  # it would sample on with the stale weights
-        raise RuntimeError("vLLM did not load every weight the trainer sent: " + "; ".join(unloaded))
+        raise RuntimeError(f"vLLM did not load every weight the trainer sent: {unloaded}")
     if cuda:
         torch.cuda.empty_cache()
         engine.wake_up(tags=["kv_cache"])

