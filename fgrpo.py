@@ -170,13 +170,16 @@ def focal_weight(rewards, gamma):
     # Sec. 4, Eq. 12: g(x) = (1 - mu_hat_pos(x)) ** gamma
     return (1.0 - mu_hat) ** gamma
 
-def group_advantages(rewards, gamma=0.0, eps=1e-6, correct=None):
+def group_advantages(rewards, gamma=0.0, eps=1e-6, correct=None, std=True):
     """GRPO's group-relative advantages, scaled by the focal weight: rewards (P, N) -> A^F (P, N).
     gamma = 0 is plain GRPO; the std is unbiased and eps 1e-6, as in verl. correct: (P, N) 0/1,
-    the focal weight's input where rewards are shaped (--overlong-buffer); default: rewards."""
+    the focal weight's input where rewards are shaped (--overlong-buffer); default: rewards. std:
+    False for Dr. GRPO's advantages, R_i - mean_j R_j (Liu et al. 2025, arXiv 2503.20783)."""
     r = rewards.float()
-    # Sec. 2 (GRPO): A_i = (R_i - mean_j R_j) / (std_j R_j + eps)
-    adv = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + eps)
+    # Sec. 2 (GRPO): A_i = (R_i - mean_j R_j) / (std_j R_j + eps); Dr. GRPO leaves out the std
+    adv = r - r.mean(-1, keepdim=True)
+    if std:
+        adv = adv / (r.std(-1, keepdim=True) + eps)
     # a group whose rewards are all equal carries no signal: exactly 0, not float noise
     all_equal = (r == r[:, :1]).all(-1, keepdim=True)
     adv = adv.masked_fill(all_equal, 0.0)

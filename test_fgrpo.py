@@ -68,6 +68,11 @@ def test_group_advantages_by_hand():
     assert torch.allclose(fgrpo.group_advantages(r), base, atol=1e-6)
     g = torch.tensor([[0.75], [0.5]])  # (1 - mu_hat) ** 1
     assert torch.allclose(fgrpo.group_advantages(r, gamma=1.0), g * base, atol=1e-6)
+    # std=False, Dr. GRPO's: R_i - mean_j R_j, the same focal weight; all-equal groups still 0
+    centred = torch.tensor([[0.75, -0.25, -0.25, -0.25], [0.5, 0.5, -0.5, -0.5]])
+    assert torch.allclose(fgrpo.group_advantages(r, gamma=1.0, std=False), g * centred)
+    assert torch.equal(fgrpo.group_advantages(torch.ones(2, 4), 1.0, std=False),
+                       torch.zeros(2, 4))
 
 
 def test_gamma_zero_is_plain_grpo_bit_for_bit():

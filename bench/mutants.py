@@ -17,6 +17,10 @@ MUTANTS = [
         "    if gamma != 0 and not ((rewards == 0) | (rewards == 1)).all():",
         "    if False:",
         "verl-style +-1 rewards without correct= give g = 1.5 at gamma 1, without a word"),
+    bug("advantages_std_switch_ignored", "fgrpo.py",
+        "    if std:\n        adv = adv / (r.std(-1, keepdim=True) + eps)",
+        "    adv = adv / (r.std(-1, keepdim=True) + eps)",
+        "group_advantages(std=False) still divides by the std: Dr. GRPO's variant is GRPO's"),
     # ---- rewards -> advantages (run_step)
     bug("run_step_gamma_zero", "fgrpo.py",
         "hooks.advantages(rewards, args.gamma, correct=correct)",
