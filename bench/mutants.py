@@ -163,6 +163,31 @@ MUTANTS = [
         'return state["step"], state["data_pos"]',
         'return state["step"], 0',
         "--resume replays the data from the start"),
+    # ---- OUT/run.json and what --resume may change
+    bug("resume_accepts_another_gamma", "fgrpo.py",
+        "if before.get(k, v) != v\n                            and k not in resumable)",
+        "if before.get(k, v) != v\n                            and k not in resumable | {'gamma'})",
+        "--resume --gamma 0.5 on a gamma-1 run continues: one curve, two methods"),
+    bug("resume_may_change_the_lr", "fgrpo.py",
+        'RESUMABLE = {"out", "steps",',
+        'RESUMABLE = {"lr", "out", "steps",',
+        "the lr counted as keep-alive: a resume changes the method unrefused"),
+    bug("run_json_without_the_resolved_gamma", "fgrpo.py",
+        'settings = {k: v for k, v in vars(args).items() if k != "resume"}',
+        'settings = {k: v for k, v in vars(args).items() if k not in ("resume", "gamma")}',
+        "run.json lacks the paper's gamma filled in: the run does not say which method it is"),
+    bug("run_json_settings_before_tiny_resolves_them", "fgrpo.py",
+        '    if args.model == "tiny":\n'
+        '        prepare_tiny_demo(args, out / f"tiny_seed{args.seed}")\n'
+        '    settings = {k: v for k, v in vars(args).items() if k != "resume"}  # as resolved\n',
+        '    settings = {k: v for k, v in vars(args).items() if k != "resume"}  # as resolved\n'
+        '    if args.model == "tiny":\n'
+        '        prepare_tiny_demo(args, out / f"tiny_seed{args.seed}")\n',
+        "run.json says model tiny and DeepScaleR: the demo's folders replace them after it"),
+    bug("resume_forgets_the_run_before", "fgrpo.py",
+        'record["earlier"] = [*saved.pop("earlier"), saved]',
+        'record["earlier"] = saved.pop("earlier")',
+        "a resume's changes to the keep-alive settings are not recorded"),
     bug("vllm_chunked_prefill_on_cpu", "fgrpo.py",
         "enable_chunked_prefill=cuda,",
         "enable_chunked_prefill=True,",
