@@ -1613,6 +1613,36 @@ def test_eval_resume_after_a_kill_samples_only_the_missing_problems(tiny_eval, t
     assert resumed == json.loads((root / "full" / "results.json").read_text())
 
 
+def test_eval_records_its_settings_and_refuses_at_once_to_resume_with_others(tiny_eval,
+                                                                           tmp_path, monkeypatch):
+    root, _ = tiny_eval
+    settings = json.loads((root / "full" / "results.json").read_text())["settings"]
+    assert settings == {"model": str(root / "tiny"), "n": 8, "temperature": 1.0, "top_p": 1.0,
+                        "max_new_tokens": 6, "seed": 0, "rollout": "hf",
+                        "commit": _commit_of_this_checkout()}
+    out = tmp_path / "killed"
+    shutil.copytree(root / "full", out)
+    (out / "results.json").unlink()
+    lines = (out / "toy.jsonl").read_text().splitlines(keepends=True)
+    (out / "toy.jsonl").write_text("".join(lines[:3]))  # killed after three problems
+    files = {p: p.read_bytes() for p in out.iterdir()}
+    # refused before the problems are read: nothing sampled, nothing written
+    monkeypatch.setattr(evaluator, "load_benchmarks", lambda args: pytest.fail("not refused"))
+    for flags, change in ((["--n", "4"], "--n 8 -> 4"),
+                          (["--max-new-tokens", "12"], "--max-new-tokens 6 -> 12"),
+                          (["--temperature", "0.7"], "--temperature 1.0 -> 0.7"),
+                          (["--seed", "3"], "--seed 0 -> 3")):
+        with pytest.raises(SystemExit) as e:
+            _eval(root, out, *flags)
+        message = str(e.value)
+        assert message.startswith("error:") and change in message and "\n" not in message
+    with pytest.raises(SystemExit) as e:  # another model (any folder)
+        evaluator.main(["--model", str(root), "--data", str(root / "toy.jsonl"), *TINY_EVAL,
+                        "--out", str(out)])
+    assert f"--model {root / 'tiny'} -> {root}" in str(e.value)
+    assert {p: p.read_bytes() for p in out.iterdir()} == files
+
+
 def test_eval_rescore_verifies_again_without_sampling(tiny_eval, tmp_path, monkeypatch):
     root, _ = tiny_eval
     out = tmp_path / "rescored"
@@ -1622,8 +1652,11 @@ def test_eval_rescore_verifies_again_without_sampling(tiny_eval, tmp_path, monke
         r["scores"] = [1.0 - s for s in r["scores"]]  # every saved score wrong
     (out / "toy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     monkeypatch.setattr(fgrpo, "rollout", lambda *a: pytest.fail("--rescore must not sample"))
-    evaluator.main(["--data", str(root / "toy.jsonl"), "--n", "8", "--out", str(out), "--rescore"])
+    # without --model and --n: the folder's own (its run.json)
+    evaluator.main(["--data", str(root / "toy.jsonl"), "--out", str(out), "--rescore"])
     assert _records(out / "toy.jsonl") == _records(root / "full" / "toy.jsonl")
+    results = [json.loads((folder / "results.json").read_text()) for folder in (out, root / "full")]
+    assert results[0]["model"] == str(root / "tiny") and results[0] == results[1]
 
 
 def test_eval_registry_files_become_problems_math_verify_can_score(tmp_path, monkeypatch):
@@ -1740,7 +1773,7 @@ def test_eval_averages_over_benchmarks_not_over_problems(tmp_path):
     done = {"a": {0: [1, 1, 1, 1], 1: [1, 1, 0, 0]},
             "b": {i: [0, 0, 0, 1] for i in range(6)}}
     args = argparse.Namespace(model="m", out=str(tmp_path), plot=None)
-    res = evaluator.report(args, {x: ("math", p) for x, p in problems.items()}, done)
+    res = evaluator.report(args, {x: ("math", p) for x, p in problems.items()}, done, {})
     assert res["benchmarks"]["a"]["pass@k"]["1"] == pytest.approx(0.75)
     assert res["benchmarks"]["b"]["pass@k"]["1"] == pytest.approx(0.25)
     assert res["math_avg"]["1"] == pytest.approx(0.5)  # not (6 + 6) / 32 over the 8 problems
@@ -1861,6 +1894,18 @@ def test_compare_finds_a_clearly_better_model_both_ways(tmp_path, test):
     assert min(better["p"]) >= {"permutation": 1, "subsampling": 2}[test] / 20001
 
 
+def test_compare_prints_both_folders_settings_where_they_differ(tmp_path, capsys):
+    folders = [_results(tmp_path / name, [3, 5, 9]) for name in ("a", "b")]
+    for folder, model, seed in zip(folders, ("base", "after"), (0, 1)):
+        results = json.loads((Path(folder) / "results.json").read_text())
+        results["settings"] = {"model": model, "n": 16, "seed": seed, "rollout": "vllm"}
+        (Path(folder) / "results.json").write_text(json.dumps(results))
+    _compare(*folders, "--iters", "100")
+    printed = capsys.readouterr().out
+    assert "| setting | A | B |\n|---|---|---|\n| model | base | after |\n| seed | 0 | 1 |\n" \
+        in printed and "| n |" not in printed
+
+
 def test_compare_refuses_different_problem_sets(tmp_path, capsys):
     a = _results(tmp_path / "a", [3] * 10)
     b = _results(tmp_path / "b", [3] * 10, ids=[f"p{i}" for i in range(9)] + ["other"])
@@ -1869,13 +1914,8 @@ def test_compare_refuses_different_problem_sets(tmp_path, capsys):
         with pytest.raises(SystemExit) as e:
             _compare(a, other)
         assert str(e.value).startswith("error:") and "different problems" in str(e.value)
-    # one folder with n 16 and n 8 (a resume at another --n): refused, not read at the first n
-    mixed = json.loads((tmp_path / "a" / "results.json").read_text())
-    mixed["benchmarks"]["toy"]["samples"][-1] = 8
-    (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "results.json").write_text(json.dumps(mixed))
-    with pytest.raises(SystemExit, match="^error: --compare needs one n for every problem"):
-        _compare(a, str(tmp_path / "d"))
+    # (one folder at two n cannot be: a run at another --n is refused at once, before --compare:
+    # test_eval_records_its_settings_and_refuses_at_once_to_resume_with_others)
 
 
 def test_compare_m_follows_n_and_the_paper_test_is_refused_or_flagged_off_n_over_2(tmp_path,
@@ -2072,7 +2112,16 @@ def test_eval_with_rollout_hf_never_imports_vllm(monkeypatch):
     monkeypatch.setattr(evaluator, "transformers_sampler", lambda args: "transformers")
     args = evaluator.build_parser().parse_args(["--model", "m", "--out", "o", "--rollout", "hf"])
     assert evaluator.load_sampler(args) == "transformers" and "vllm" not in asked
-    args.rollout = None  # the default asks for it (and, told there is none, takes transformers)
-    assert evaluator.load_sampler(args) == "transformers" and "vllm" in asked
+
+
+def test_eval_samples_with_vllm_where_it_is_installed_else_transformers(tmp_path, monkeypatch):
+    # the default --rollout, recorded before anything is sampled: found, not imported
+    find_spec = importlib.util.find_spec
+    for spec, sampler in ((None, "hf"), (find_spec("json"), "vllm")):
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name: spec if name == "vllm" else find_spec(name))
+        (tmp_path / sampler).mkdir()
+        args = evaluator.build_parser().parse_args(["--out", str(tmp_path / sampler)])
+        assert evaluator.record_settings(args)["rollout"] == sampler == args.rollout
 
 
