@@ -132,10 +132,9 @@ def parse_args(argv=None):
     if parser.parse_known_args(argv)[0].model == "tiny":
         parser.set_defaults(**TINY)
     args = parser.parse_args(argv)
-    paper_low, paper_high = PAPER_EPS[args.algo]
     args.gamma = PAPER_GAMMA[args.algo] if args.gamma is None else args.gamma
-    args.eps_low = paper_low if args.eps_low is None else args.eps_low
-    args.eps_high = paper_high if args.eps_high is None else args.eps_high
+    args.eps_low = PAPER_EPS[args.algo][0] if args.eps_low is None else args.eps_low
+    args.eps_high = PAPER_EPS[args.algo][1] if args.eps_high is None else args.eps_high
     if args.rollout is None:
         args.rollout = "vllm" if importlib.util.find_spec("vllm") else "hf"
         if args.rollout == "hf" and RANK == 0:
@@ -654,46 +653,40 @@ def call_in_worker(fn, tasks):  # an error comes back as text: not every one unp
             results.append((None, f"{type(e).__name__}: {e}"[:300]))
     return results
 
-def map_from(fn, tasks, start, size, timeout, results, bar):
-    """tasks[start:] in the workers, `size` a message, into results; returns where it stopped:
-    len(tasks), or the first task of a message whose results are not in within `timeout` s."""
-    global _POOL
-    if _POOL is None:  # forked, without train()'s SIGTERM handler (terminate() would wait forever)
-        _POOL = mp.get_context("fork").Pool(min(8, mp.cpu_count()), signal.signal,
-                                            (signal.SIGTERM, signal.SIG_DFL))
-        atexit.register(_POOL.terminate)  # before teardown, where Pool.__del__ would warn
-    starts = range(start, len(tasks), size)
-    jobs = _POOL.imap(functools.partial(call_in_worker, fn), [tasks[i:i + size] for i in starts])
-    for i in starts:
-        try:
-            done = jobs.next(timeout)
-        except mp.TimeoutError:  # a hang in C, or a killed worker: the message is lost
-            _POOL.terminate()
-            _POOL = None
-            return i
-        for j, (value, error) in enumerate(done, i):
-            if error:
-                warnings.warn(f"verify: an item failed and scores 0 ({error})")
-            else:
-                results[j] = value
-        bar.update(len(done))
-    return len(tasks)
-
 def pool_map(fn, tasks, timeout, default, chunk=16):
     """[fn(*task) for task in tasks] in the workers, `chunk` a message. A task that raises or hangs
-    gives `default`; after a lost message, fresh workers take one at a time to find the hung one."""
+    gives `default`: when a message's results are not in within `timeout` s (a hang in C, a killed
+    worker), fresh workers take the tasks from its first one at a time, to the hung one."""
+    global _POOL
     results = [default] * len(tasks)
-    start = 0
+    start = 0  # the first task without its result
     size = chunk
     with tqdm(total=len(tasks), desc="verify", leave=False, disable=None) as bar:
         while start < len(tasks):
-            start = map_from(fn, tasks, start, size, timeout, results, bar)
-            if start < len(tasks) and size == 1:  # this very task hung: it scores `default`
-                warnings.warn(f"verify: an item got no result within {timeout}s and scores 0; "
-                              "restarting workers")
-                bar.update(1)
-                start += 1
-            size = chunk if size == 1 else 1  # after a lost message: singly, to the hung one
+            if _POOL is None:  # forked, without train()'s SIGTERM handler (terminate() would hang)
+                _POOL = mp.get_context("fork").Pool(min(8, mp.cpu_count()), signal.signal,
+                                                    (signal.SIGTERM, signal.SIG_DFL))
+                atexit.register(_POOL.terminate)  # before teardown, where Pool.__del__ would warn
+            messages = [tasks[i:i + size] for i in range(start, len(tasks), size)]
+            jobs = _POOL.imap(functools.partial(call_in_worker, fn), messages)
+            try:
+                for message in messages:
+                    for value, error in jobs.next(timeout):
+                        if error:
+                            warnings.warn(f"verify: an item failed and scores 0 ({error})")
+                        else:
+                            results[start] = value
+                        start += 1
+                    bar.update(len(message))
+            except mp.TimeoutError:  # the message is lost: the workers go
+                _POOL.terminate()
+                _POOL = None
+                if size == 1:  # this very task hung: it scores `default`
+                    warnings.warn(f"verify: an item got no result within {timeout}s and scores 0; "
+                                  "restarting workers")
+                    start += 1
+                    bar.update(1)
+                size = chunk if size == 1 else 1  # after a lost message: singly, to the hung one
     return results
 # ------------------------------------------------------------------------------------------------
 # The training step: old log-probs once, then prompts / mini_batch optimiser steps (4 in the
