@@ -1037,6 +1037,13 @@ def test_kill_and_resume_continue_exactly_and_sigterm_saves_only_what_can_finish
     stopped = _sigterm_after_first_step(tmp_path / "termed", *flags, "--save-every", "100",
                                         tiny=tiny_saved)
     assert stopped == f"step_{len(_metrics(tmp_path / 'termed')):06d}"
+    # resumed at another gamma (the run's is dapo's 0.5): exit status 1, one line naming it
+    refused = subprocess.run([sys.executable, str(HERE / "fgrpo.py"), "--model", "tiny",
+                              "--rollout", "hf", "--out", str(tmp_path / "termed"), *flags,
+                              "--resume", "--gamma", "1"], capture_output=True, text=True)
+    assert refused.returncode == 1, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1].endswith(
+        "this one would change --gamma 0.5 -> 1.0; give its own settings, or another --out")
     _run(tmp_path / "termed", *flags, "--resume")
     assert _metrics(tmp_path / "termed") == straight
     # no grace left: no save is started, so none is cut short (the one before stays the latest)
@@ -1933,15 +1940,16 @@ def test_eval_on_two_ranks_equals_one_process_and_resumes_any_kill(tiny_eval, tm
         return proc.stdout, by_rank
 
     def same_as_one_process(out):
-        # the shards merged, and gone
-        assert sorted(p.name for p in out.iterdir()) == ["results.json", "toy.jsonl"]
+        # the shards merged, and gone; the samples' settings recorded as by one process
+        assert sorted(p.name for p in out.iterdir()) == ["results.json", "run.json", "toy.jsonl"]
         assert (out / "toy.jsonl").read_text() == full  # byte for byte, in index order
         assert json.loads((out / "results.json").read_text()) == \
             json.loads((root / "full" / "results.json").read_text())
+        return json.loads((out / "run.json").read_text())["world"]
 
     printed, by_rank = two_ranks(tmp_path / "two")
     assert by_rank == {0: [0, 2, 4], 1: [1, 3, 5]}  # every problem once, split by rank
-    same_as_one_process(tmp_path / "two")
+    assert same_as_one_process(tmp_path / "two") == 2
     assert printed.count("pass@1/pass@8") == 1  # rank 0 alone reports
 
     # a 3-rank run killed: rank 1 cut mid-line in problem 4, rank 2 done with problem 2; problem 5
@@ -1960,7 +1968,7 @@ def test_eval_on_two_ranks_equals_one_process_and_resumes_any_kill(tiny_eval, tm
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # and the same folder resumed by one process
     _eval(root, once)
-    same_as_one_process(once)
+    assert same_as_one_process(once) == 1
 
 
 # ------------------------------------------------------------ eval.py --compare: the paired test
