@@ -8,7 +8,7 @@ test of two checkpoints (Plyusov et al., arXiv 2602.06717, App. L.4, P, Q).
     python eval.py --compare eval/base eval/a                   # does B beat A? delta and p
     torchrun --nproc_per_node 8 eval.py --model PATH --out eval/a  # data-parallel, as on 8 GPUs
 
-Samples come from vLLM if it imports, else fgrpo.rollout; on several GPUs, from an engine per GPU.
+Samples come from vLLM if installed, else fgrpo.rollout; on several GPUs, from an engine per GPU.
 After a kill, run the same command again, on any number of GPUs: it samples only what is missing.
 """
 import argparse
@@ -17,6 +17,7 @@ import datetime
 import functools
 import glob
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -210,17 +211,16 @@ def transformers_sampler(args):
                 for samples in rollouts]
     return sample, tok
 
-def load_sampler(args):  # --rollout's; by default vLLM's where it imports, else transformers'
+def load_sampler(args):  # --rollout's; with hf, vLLM is not even imported: that takes seconds
     if not args.model:
         sys.exit(f"error: {args.out} has problems without samples: pass --model")
-    try:
-        if args.rollout != "hf":  # with hf, vLLM is not even imported: that takes seconds
-            import vllm  # noqa: F401  (tests hide it with sys.modules["vllm"] = None)
-    except ImportError:
-        if args.rollout == "vllm":
-            sys.exit("error: --rollout vllm: vLLM does not import (make install)")
+    if args.rollout == "hf":
         return transformers_sampler(args)
-    return transformers_sampler(args) if args.rollout == "hf" else vllm_sampler(args)
+    try:
+        import vllm  # noqa: F401  (tests hide it with sys.modules["vllm"] = None)
+    except ImportError:
+        sys.exit("error: --rollout vllm: vLLM does not import (make install); or --rollout hf")
+    return vllm_sampler(args)
 
 def merge(path, problems, args, rescore=False):
     """Rank 0: the problems finished in `path` and its rank shards (any world size) into `path`, by
@@ -290,10 +290,10 @@ def benchmark_result(domain, problems, done):
     return {"domain": domain, "samples": n.tolist(), "correct": c.tolist(), "ids": ids,
             "pass@k": curve}
 
-def report(args, benches, done):
+def report(args, benches, done, settings):
     """pass@k per benchmark, and each domain's average over its benchmarks (Table 1's, not over
-    problems), to DIR/results.json, and printed as Table 1 lays it out."""
-    results = {"model": args.model, "benchmarks": {
+    problems), to DIR/results.json with `settings`, and printed as Table 1 lays it out."""
+    results = {"model": args.model, "settings": settings, "benchmarks": {
         name: benchmark_result(domain, problems, done[name])
         for name, (domain, problems) in benches.items() if done[name]}}
     if not results["benchmarks"]:
@@ -337,15 +337,19 @@ def compare(dir_a, dir_b, args):
     for path in paths:
         if not path.exists():
             sys.exit(f"error: {path} not found: evaluate into that folder first")
-    a, b = (json.loads(path.read_text())["benchmarks"] for path in paths)
+    results = [json.loads(path.read_text()) for path in paths]
+    a, b = (r["benchmarks"] for r in results)
     if a.keys() != b.keys() or any(a[x]["ids"] != b[x]["ids"] for x in a):
         sys.exit(f"error: {dir_a} and {dir_b} hold different problems: compare the same ones")
-    if any(len(set(r[x]["samples"])) > 1 for r in (a, b) for x in r):  # a resume at another --n
-        sys.exit("error: --compare needs one n for every problem of a folder: evaluate it again")
-    least = min(r[x]["samples"][0] for r in (a, b) for x in r)
+    least = min(r[x]["samples"][0] for r in (a, b) for x in r)  # one n a folder (run.json)
     m = subsample_size(args, least)
     ks = powers_of_two(m or least)
     rng = np.random.default_rng(args.seed)
+    sa, sb = (r.get("settings", {}) for r in results)  # the samples' settings (older: none)
+    rows = [[k, str(sa.get(k)), str(sb.get(k))] for k in {**sa, **sb} if sa.get(k) != sb.get(k)]
+    if rows:
+        print(f"\nA {dir_a} and B {dir_b} were sampled with other settings:")
+        print_table([["setting", "A", "B"], *rows])
     drawn = {}  # {benchmark or average: (delta (K,), delta* (iters, K))}
     for x in a:
         pair = [(r[x]["samples"][0], np.array(r[x]["correct"])) for r in (a, b)]
@@ -370,6 +374,22 @@ def compare(dir_a, dir_b, args):
         (Path(args.out) / "compare.json").write_text(json.dumps(saved, indent=1))
     return res
 
+# What a folder's samples are drawn with: every run into its --out keeps them (record_settings).
+SAMPLED_WITH = ("model", "n", "temperature", "top_p", "max_new_tokens", "seed", "rollout")
+
+def record_settings(args):
+    """DIR/run.json (fgrpo.record_run): a change to SAMPLED_WITH exits at once, but the sampler's
+    (vLLM and transformers draw alike); returned with the commit. Not given (--model, --rollout):
+    the folder's, else vLLM where installed; --rescore samples nothing: all the folder's."""
+    path = Path(args.out) / "run.json"
+    saved = json.loads(path.read_text())["settings"] if path.exists() else {}
+    for key, value in saved.items():
+        if args.rescore or getattr(args, key) is None:
+            setattr(args, key, value)
+    args.rollout = args.rollout or ("vllm" if importlib.util.find_spec("vllm") else "hf")
+    record = fgrpo.record_run(path, {k: getattr(args, k) for k in SAMPLED_WITH}, {"rollout"}, True)
+    return {**record["settings"], "commit": record["commit"]}
+
 def check_args(args):
     unknown = [] if args.data else [b for b in args.benchmarks.split(",") if b not in BENCHMARKS]
     if unknown:
@@ -389,12 +409,13 @@ def main(argv=None):
         return fgrpo.relaunch_under_torchrun()
     fgrpo.init_distributed(timeout=datetime.timedelta(days=7))  # a rank may end hours early
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    settings = record_settings(args)
     benches = load_benchmarks(args)
     sampler, done = None, {}
     for name, (_, problems) in benches.items():
         done[name], sampler = run_benchmark(Path(args.out) / f"{name}.jsonl", problems, sampler,
                                             args)
-    return report(args, benches, done) if fgrpo.RANK == 0 else None  # rank 0 prints and writes
+    return report(args, benches, done, settings) if fgrpo.RANK == 0 else None  # rank 0 writes
 
 if __name__ == "__main__":
     main()

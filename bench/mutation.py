@@ -4,13 +4,15 @@
     python bench/mutation.py --only gamma    # those whose name contains "gamma"
     python bench/mutation.py --list          # the planted bugs, without running anything
 
-A planted bug is one exact edit of fgrpo.py, eval.py or integrations/ (bench/mutants.py says
-which and why it is plausible). For each, the tracked files are copied to a scratch folder, the
-edit is made there, and `pytest -x -m "not slow"` runs in it: `make test`'s fast suite, which
-leaves out the slow tests (whole runs, vLLM engines, torchrun: pytest.ini). The bug is
-caught if a test fails, survives if every test passes; a run past --timeout is neither, and
-counts as not caught. The unchanged copy runs first and must pass. Exit status 1 if a bug was
-not caught or an edit's text is no longer in its file (bench/mutants.py then needs updating).
+A planted bug is one exact edit of fgrpo.py, eval.py, integrations/ or experiments/
+(bench/mutants.py says which and why it is plausible). For each, the tracked files are copied to
+a scratch folder, the edit is made there, and `pytest -x -m "not slow"` runs in it: `make test`'s
+fast suite, which leaves out the slow tests (whole runs, vLLM engines, torchrun: pytest.ini). The
+bug is caught if a test fails, survives if every test passes; a run past --timeout is neither,
+and counts as not caught. The unchanged copy runs first and must pass. Exit status 1 if a bug
+was not caught or an edit's text is no longer in its file (bench/mutants.py then needs updating).
+The full run's table is bench/mutation_results.json, the committed record; a run of --only
+writes runs/mutation_only.json instead, unless --out says where.
 
 Why not mutmut: it mutates every operator and constant (hundreds of mutants of fgrpo.py, hours
 of the suite on 2 cores) and cannot plant the named wiring bugs this list keeps.
@@ -98,6 +100,13 @@ def check(mutant, timeout, threads):
     return {"status": status, "detail": detail, "seconds": round(seconds, 1)}
 
 
+def record_path(only):
+    """Where a run's table goes by default: the committed record holds the full run alone."""
+    if only:
+        return ROOT / "runs" / "mutation_only.json"
+    return ROOT / "bench" / "mutation_results.json"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -105,9 +114,10 @@ def main():
     p.add_argument("--list", action="store_true", help="print the planted bugs and stop")
     p.add_argument("--jobs", type=int, default=2, help="copies tested at once (one thread each)")
     p.add_argument("--timeout", type=int, default=900, help="seconds for one run of the suite")
-    p.add_argument("--out", default=str(ROOT / "bench" / "mutation_results.json"),
-                   help="where the table goes as JSON")
+    p.add_argument("--out", help="where the table goes as JSON; default: "
+                   "bench/mutation_results.json, or runs/mutation_only.json with --only")
     args = p.parse_args()
+    args.out = args.out or record_path(args.only)
     mutants = [m for m in load_mutants()
                if not args.only or any(word in m["name"] for word in args.only)]
     if args.list:
@@ -127,7 +137,9 @@ def main():
             r = {"name": m["name"], "file": m["file"], "why": m["why"], **job.result()}
             results.append(r)
             print(f"{r['status']:8} {r['seconds']:6.1f} s {r['name']:32} {r['detail']}", flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"baseline": baseline, "mutants": results}, indent=1))
+    print(f"the table: {args.out}")
     bad = [r["name"] for r in results if r["status"] != "caught"]
     print(f"{len(results) - len(bad)} of {len(results)} caught" +
           (f"; not caught: {', '.join(bad)}" if bad else ""))

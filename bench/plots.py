@@ -4,7 +4,8 @@
     python bench/plots.py passk runs/demo/eval_base runs/demo/eval_after docs/tiny_passk.png
 
 curves: reward, active_frac, focal_mean, clip_frac and resp_len of fgrpo.py's metrics.jsonl over
-steps. passk: the pass@k curve of each eval.py folder's results.json (its math average).
+steps, titled with the run's algorithm and gamma from the run.json beside it. passk: the pass@k
+curve of each eval.py folder's results.json (its math average).
 """
 import argparse
 import json
@@ -18,13 +19,24 @@ except ImportError:
 KEYS = ("reward", "active_frac", "focal_mean", "clip_frac", "resp_len")
 
 
+def run_title(metrics):
+    """Which run made metrics.jsonl: its folder, algorithm and gamma (its run.json)."""
+    run = Path(metrics).parent / "run.json"
+    if not run.exists():  # a run of older code
+        return f"{Path(metrics).parent.name} (no run.json)"
+    settings = json.loads(run.read_text())["settings"]
+    return f"{Path(metrics).parent.name}: {settings['algo']}, gamma {settings['gamma']:g}"
+
+
 def curves(metrics, out):
     rows = [json.loads(line) for line in Path(metrics).read_text().splitlines()]
-    fig, axes = plt.subplots(1, len(KEYS), figsize=(3 * len(KEYS), 2.6), layout="tight")
+    fig, axes = plt.subplots(1, len(KEYS), figsize=(3 * len(KEYS), 2.9), layout="tight")
     for ax, key in zip(axes, KEYS):
         ax.plot([r["step"] for r in rows], [r[key] for r in rows])
         ax.set(title=key, xlabel="step")
+    fig.suptitle(run_title(metrics))
     fig.savefig(out, dpi=100)
+    return fig
 
 
 def passk(folders, out):

@@ -95,11 +95,7 @@ def prompt_weight(p, n, gamma, std=True):
     if n is None:
         return (1 - p) ** gamma / (math.sqrt(p * (1 - p)) if std else 1.0)
     groups = torch.tensor([[1.0] * x + [0.0] * (n - x) for x in range(n + 1)], dtype=torch.float64)
-    if std:
-        a_correct = fgrpo.group_advantages(groups, gamma)[:, 0].tolist()  # row x: X = x
-    else:
-        centred = groups - groups.mean(-1, keepdim=True)
-        a_correct = (fgrpo.focal_weight(groups, gamma)[:, None] * centred)[:, 0].tolist()
+    a_correct = fgrpo.group_advantages(groups, gamma, std=std)[:, 0].tolist()  # row x: X = x
     total = 0.0
     for x in range(1, n):
         log_pmf = (math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1)

@@ -1,5 +1,6 @@
 """The docs hold to the code: every command's flags and make targets exist, every cited file and
-test exists, and the files keep their budgets."""
+test exists, the files keep their budgets, and CONTRIBUTING.md states the rules these tests
+enforce (its messages point there)."""
 import re
 import subprocess
 from pathlib import Path
@@ -8,6 +9,12 @@ import eval as evaluator  # eval.py; the alias keeps the builtin eval
 import fgrpo
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+# the budgets CONTRIBUTING.md states: characters a line and lines a function in every .py file,
+# lines a file where it has one
+LINE_LIMIT = 100
+FUNCTION_LIMIT = 50
+FILE_LIMITS = {"fgrpo.py": 1000, "eval.py": 400}
 
 
 # ---------------------------------------------------------------- the docs' commands
@@ -60,8 +67,7 @@ def _doc_command_errors(paths):
 
 
 def test_readme_commands_use_real_flags(tmp_path):
-    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    found, problems = _doc_command_errors(docs)
+    found, problems = _doc_command_errors(DOCS)
     assert not problems, "\n".join(problems)
     in_readme = {what for what, where in found if where.startswith("README.md:")}
     # found them
@@ -104,8 +110,7 @@ def _cited_files_missing(paths):
 
 
 def test_every_file_the_docs_cite_exists(tmp_path):
-    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-            *sorted((ROOT / "experiments" / "results").glob("*.md"))]
+    docs = [*DOCS, *sorted((ROOT / "experiments" / "results").glob("*.md"))]
     assert not _cited_files_missing(docs), "\n".join(_cited_files_missing(docs))
     bad = tmp_path / "bad.md"  # and it finds a missing one, either way of citing
     bad.write_text("see [x](docs/nope.md#a), [y](https://e.org) and `bench/gone.json`\n"
@@ -114,24 +119,66 @@ def test_every_file_the_docs_cite_exists(tmp_path):
 
 
 def test_the_files_keep_their_budgets():
-    # the guide's budgets: lines of at most 100 characters in every tracked .py file and the
-    # Makefile; no function over 50 lines in any of the .py files; fgrpo.py at most 1,000 lines
-    # and eval.py 400
+    # CONTRIBUTING.md's budgets: LINE_LIMIT characters a line in every tracked .py file and the
+    # Makefile, FUNCTION_LIMIT lines a function in every .py file, FILE_LIMITS' lines a file
     import ast
     tracked = subprocess.run(["git", "ls-files", "*.py", "Makefile"], cwd=ROOT,
                              capture_output=True, text=True).stdout.split()
     long = [f"{name}:{i}" for name in tracked if (ROOT / name).exists()
-            for i, line in enumerate((ROOT / name).read_text().splitlines(), 1) if len(line) > 100]
-    assert "Makefile" in tracked and not long, f"lines over 100 characters: {long}"
-    limits = {**dict.fromkeys(n for n in tracked if n.endswith(".py")), "fgrpo.py": 1000,
-              "eval.py": 400}
+            for i, line in enumerate((ROOT / name).read_text().splitlines(), 1)
+            if len(line) > LINE_LIMIT]
+    assert "Makefile" in tracked and not long, \
+        f"lines over {LINE_LIMIT} characters (CONTRIBUTING.md): {long}"
+    limits = {**dict.fromkeys(n for n in tracked if n.endswith(".py")), **FILE_LIMITS}
     for name, most in limits.items():
         text = (ROOT / name).read_text()
         if most is not None:
-            assert len(text.splitlines()) <= most, name
+            assert len(text.splitlines()) <= most, \
+                f"{name}: over its {most:,} lines (CONTRIBUTING.md): make room by simplifying"
         functions = [f for f in ast.walk(ast.parse(text)) if isinstance(f, ast.FunctionDef)]
-        over = [f.name for f in functions if f.end_lineno - f.lineno + 1 > 50]
-        assert not over, f"{name}: functions over 50 lines: {over}"
+        over = [f.name for f in functions if f.end_lineno - f.lineno + 1 > FUNCTION_LIMIT]
+        assert not over, f"{name}: functions over {FUNCTION_LIMIT} lines (CONTRIBUTING.md): {over}"
+
+
+def test_contributing_states_the_rules_these_tests_enforce():
+    # the budgets as the test above holds them, and each rule's test by name (the cited-tests
+    # test checks the names exist)
+    text = " ".join((ROOT / "CONTRIBUTING.md").read_text().split())  # lines joined
+    stated = [f"at most {LINE_LIMIT} characters", f"none over {FUNCTION_LIMIT} lines",
+              *(f"`{name}` at most {most:,} lines" for name, most in FILE_LIMITS.items())]
+    assert [phrase for phrase in stated if phrase not in text] == []
+    rules = ["test_the_files_keep_their_budgets", "test_readme_commands_use_real_flags",
+             "test_every_file_the_docs_cite_exists", "test_every_test_the_docs_cite_exists",
+             "test_make_help_lists_every_target", "test_tests_live_by_subject",
+             "test_code_and_docs_cite_the_paper_not_the_projects_spec_or_issues",
+             "test_the_readme_types_no_counts_a_change_makes_stale",
+             "test_every_hook_in_the_repository_takes_the_calls_train_makes"]
+    assert [rule for rule in rules if f"`{rule}`" not in text] == []
+
+
+def test_tests_live_by_subject():
+    # tests/test_NAME.py tests NAME, a .py file or a folder of the repository; test_fgrpo.py
+    # fgrpo.py and eval.py; the slow marker is registered (pytest.ini)
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.split()
+    subjects = {Path(n).stem for n in tracked if n.endswith(".py")} | {
+        Path(n).parts[0] for n in tracked if len(Path(n).parts) > 1}
+    files = [Path(n) for n in tracked if re.fullmatch(r"(tests/)?test_\w+\.py", n)]
+    assert Path("test_fgrpo.py") in files and len(files) > 5, files
+    strays = [str(f) for f in files if f.stem.removeprefix("test_") not in subjects]
+    assert not strays, f"test files named for no file or folder (CONTRIBUTING.md): {strays}"
+    assert re.search(r"^\s+slow: ", (ROOT / "pytest.ini").read_text(), re.M)
+
+
+def test_the_readme_types_no_counts_a_change_makes_stale(tmp_path):
+    # a count of tests or planted bugs goes stale with the next test or bug: left out
+    def counts(path):
+        return re.findall(r"\b[\d,]+ (?:fast |slow )?(?:tests|planted bugs|bugs)\b",
+                          path.read_text())
+    assert counts(ROOT / "README.md") == [], "a hand-typed count in README.md (CONTRIBUTING.md)"
+    bad = tmp_path / "bad.md"  # and it finds them
+    bad.write_text("the fast suite, 131 tests; all 149 tests, and 64 planted bugs; 2 cores\n")
+    assert counts(bad) == ["131 tests", "149 tests", "64 planted bugs"]
 
 
 def _test_names():  # every test function of the suite, by name
@@ -153,8 +200,7 @@ def _cited_tests_missing(paths, names):
 
 
 def test_every_test_the_docs_cite_exists(tmp_path):
-    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-            *sorted((ROOT / "experiments" / "results").glob("*.md"))]
+    docs = [*DOCS, *sorted((ROOT / "experiments" / "results").glob("*.md"))]
     names = _test_names()
     assert len(names) > 90 and "test_focal_weight_by_hand" in names
     assert not _cited_tests_missing(docs, names), "\n".join(_cited_tests_missing(docs, names))

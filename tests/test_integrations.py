@@ -210,11 +210,11 @@ def verl_run(tmp_path_factory):
 
 
 def _want(rows, rewards, correct, gamma, std):
-    """fgrpo.group_advantages one group at a time (std off: times the group's std + 1e-6)."""
+    """fgrpo.group_advantages one group at a time."""
     want = torch.zeros(len(rewards))
     for r in rows:
-        a = fgrpo.group_advantages(rewards[r][None], gamma, correct=correct[r][None])[0]
-        want[r] = a if std else a * (rewards[r].std() + 1e-6)
+        want[r] = fgrpo.group_advantages(rewards[r][None], gamma, correct=correct[r][None],
+                                         std=std)[0]
     return want
 
 
