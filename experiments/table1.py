@@ -14,8 +14,8 @@ each printed before it starts. Killed and run again with the same flags, the cam
 finished stages (WORK/stages/ records each stage's command and whether it finished), continues a
 training from its last checkpoint (fgrpo.py --resume) and an evaluation where it stopped (eval.py
 resumes by itself). A training or evaluation started with another command is refused: its
-folder holds that run. SIGTERM is passed on to the running stage (fgrpo.py saves when its --grace
-allows), and the campaign stops.
+folder holds that run. SIGTERM is passed on to the running stage (fgrpo.py saves where a save is
+due or fits in its --grace), and the campaign stops.
 
 With --model tiny, fgrpo.build_tiny(seed)'s base model is saved as an HF folder with its task's
 2,000 training and 64 held-out problems, which stand in for the benchmarks (eval.py --data).
@@ -90,7 +90,7 @@ def parse_args(argv=None):
       "seed (default: 0)")
     a("--train-flags", default="", metavar="FLAGS", help="extra flags for fgrpo.py, one quoted "
       "string, e.g. \"--epochs 1 --max-new-tokens 4096\"; a single flag: "
-      "--train-flags=--dynamic-sampling")
+      "--train-flags=--keep-weights")
     a("--eval-flags", default="", metavar="FLAGS", help="extra flags for eval.py's sampling, "
       "e.g. \"--n 256 --benchmarks math500,aime24\"")
     a("--compare-flags", default="", metavar="FLAGS", help="extra flags for eval.py --compare, "
@@ -634,7 +634,7 @@ def main(argv=None):
 
 def stop(running):
     """SIGTERM: passed on to the running stage, whose exit then ends the campaign (fgrpo.py saves
-    within its --grace); between stages, or while the tiny base is saved, the campaign ends now."""
+    if due or within its --grace); between stages, or while the tiny base is saved, the campaign ends now."""
     if not running:
         sys.exit("stopped by SIGTERM; run the same command again to continue")
     running[-1].send_signal(signal.SIGTERM)
