@@ -74,7 +74,7 @@ parity: parity-deps  ## fgrpo's advantages and losses vs verl's and TRL's own co
 mutation: parity-deps  ## each bug of bench/mutants.py in a scratch copy: make test must fail
 	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) bench/mutation.py
 
-# math-verify and its two dependencies: pure-Python wheels for a GPU machine without internet
+# math-verify and its two dependencies: pure-Python wheels for a GPU node without network
 WHEELS = bench/wheels
 MATH_VERIFY = math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2
 SITE = $(abspath $(WHEELS))/site

@@ -42,7 +42,8 @@ DEFAULT_LR = {"adamw": 1e-2, "sgd": 5e3}
 def tail_miss_probability(N, mu_pos, tau):
     """Pr(B), Lemma 3.1: the chance that a group of N samples has mixed rewards (so it
     updates the policy, pushing mass onto the correct answers it sampled) yet misses a set E
-    of correct answers of mass tau, which then loses mass. mu_pos is the total correct mass,
+    of correct answers of mass tau, which then loses mass where the sampled correct answers are
+    on average more probable than the sampled wrong ones. mu_pos is the total correct mass,
     0 < tau < mu_pos <= 1. Non-monotonic in N: it peaks near N = 5 at about 0.72 for
     mu_pos 0.5, tau 0.05. High-mu_pos prompts are the ones g(x) down-weights (docs/why-focal.md)."""
     if not (isinstance(N, int) and N >= 1 and 0 < tau < mu_pos <= 1):

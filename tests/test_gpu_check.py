@@ -66,8 +66,12 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     assert re.findall(r"^step (\d+)/", log, re.M) == [str(k) for k in range(1, 7)]
     saved = (r["loop"]["checkpoint_step"], r["loop"]["checkpoint_data_pos"])
     assert saved == (stopped, 32 * stopped)  # 32 prompts a step at two ranks (loop_sizes)
-    # and the judge fails a run that differs in one metric (a resume bug: equal before the
-    # stop), or that restarted from step 1
+    _check_the_judge_fails_a_changed_run(work, r, stopped, log)
+
+
+def _check_the_judge_fails_a_changed_run(work, r, stopped, log):
+    """The judge fails the loop's run changed in one metric (a resume bug: equal before the
+    stop), or restarted from step 1."""
     gpu_check = _gpu_check()
     kept = ("steps", "stopped_after", "checkpoint_step", "checkpoint_data_pos", "ranks", "rollout")
     keep = {k: r["loop"][k] for k in kept}
@@ -246,7 +250,7 @@ def test_gpu_check_reads_a_fused_padded_engine_back_by_its_parts():
 SYNC_HARNESS = r"""
 import json, sys
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
-sys.modules["vllm"] = None  # the stand-in engine, as on the GPU machine without vLLM
+sys.modules["vllm"] = None  # the stand-in engine, as on a GPU node without vLLM
 import torch, fgrpo, gpu_check
 torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
                                      world_size=1)
