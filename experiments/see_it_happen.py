@@ -5,13 +5,14 @@ The paper's claim (arXiv 2602.06717, Sec. 3-4): with a small group, group-relati
 the correct solutions it samples; a rare correct solution that goes unsampled loses mass, and pass@k
 at large k falls. The focal weight g = (1 - X/N)^gamma is to keep more of it at the same pass@1.
 
-    python experiments/see_it_happen.py           # the grid: 10 seeds, 133 CPU-min (2 cores)
-    python experiments/see_it_happen.py --quick   # the whole pipeline in miniature, about 2 min
-    python experiments/see_it_happen.py --out experiments/results   # replace the committed results
+    python experiments/see_it_happen.py             # the exploration: seeds 0-9
+    python experiments/see_it_happen.py --confirm   # the confirmation: seeds 10-19, and more
+    python experiments/see_it_happen.py --quick     # the whole pipeline in miniature, minutes
     python experiments/see_it_happen.py --out experiments/results --report-only  # tables again
 
-A run is resumable: every finished arm and warm start is cached under --work with its settings, so
-after a kill the same command goes on where it stopped.
+The design, its rules and its endpoints are experiments/see_it_happen_protocol.toml's, which was
+committed before the confirmation ran; the defaults and constants below are read from it. A run
+is resumable: every finished arm and warm start is cached under --work with its settings.
 
 Task. A prompt lists five distinct digits, "(39147)=", and an answer is one digit, "\\boxed{3}".
 Two strategies read the answer off the prompt: copy the first digit (common) and copy the last one
@@ -47,22 +48,14 @@ mean_x [1 - (1 - p_kind(x))^k] for every k in KS = 1, 2, 4, ..., 256; and the me
 strategy's share of the correct mass, last / (first + last), its median over prompts, and the
 fraction of prompts where it is lost (share under LOST).
 
-Frontiers. A run breaks down when the answer space holds less than BROKEN of the mass at some
-measurement; such runs are counted and shown apart, and kept out of every frontier. At a pass@1
-level t, an arm's frontier of a metric is the best value that any of its stable runs (any lr) has
-where it crosses pass@1 = t (runs linear between measurements): the most pass@k or rare share, the
-least lost fraction. So at k = 1 the gap is 0 by construction. Each seed has its own matched range,
-from its base model's pass@1 to the top, the lower of the two arms' ceilings (the highest pass@1 of
-any stable run); --levels levels at 1/L, 2/L, ..., 1 of the way. The seed is the unit: per level and
-averaged over the levels, paired differences over seeds, 95% t intervals, paired t and exact
-Wilcoxon tests (experiments/paired.py). F at N = --n minus F with the exact update is taken over
-the same levels (the range all four arms reach). eval.py's transformers sampler, scored by
-answer_set_verify and counted by eval.pass_at_k, cross-checks the exact pass@k curve on one model
-per seed.
-
-The headline k, fixed before the runs: per start, the largest k in KS at which the base model's
-pass@k (mean over seeds) is at most HEADLINE_MAX = 0.9, so that the metric has room to move (the
-paper's base model has pass@256 0.64 to 0.73). No reading rests on it: every table gives all of KS.
+Frontiers (experiments/frontiers.py): broken-down runs are kept out; at a pass@1 level, an arm's
+frontier is the best value any of its stable runs has where it crosses the level (so at k = 1 the
+gap is 0). Each seed has its own matched range, from its base model's pass@1 to the lower of the
+two arms' ceilings, --levels levels of it; the seed is the unit (paired over seeds, 95% t
+intervals, t and exact Wilcoxon tests: experiments/paired.py). eval.py's sampler cross-checks the
+exact pass@k curve on one model per seed. The headline k: per start, the largest k whose base
+pass@k (mean over seeds) is at most HEADLINE_MAX, so that the metric has room to move; every
+table gives all of KS.
 """
 import argparse
 import contextlib
@@ -86,10 +79,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 import eval as evaluator  # noqa: E402  (eval.py; the alias keeps the builtin eval)
 import fgrpo  # noqa: E402
+import see_it_happen_figures as figures  # noqa: E402
 import see_it_happen_report as report  # noqa: E402
+from frontiers import (BROKEN, broke_down, ceiling, compare, final_deltas, finals,  # noqa: E402
+                       frontier_at, frontier_lrs, gain_difference, mean_sd, median_path, mix_of,
+                       seed_levels, arm_name, bracket, sweep, sweep_of)
 from paired import paired_summary  # noqa: E402
 
-PROTOCOL = tomllib.loads((ROOT / "experiments" / "see_it_happen_protocol.toml").read_text())
+PROTOCOL_PATH = ROOT / "experiments" / "see_it_happen_protocol.toml"
+PROTOCOL = tomllib.loads(PROTOCOL_PATH.read_text())
 DESIGN = PROTOCOL["design"]  # the defaults of the flags below
 RULES = PROTOCOL["rules"]
 DIGITS = [str(d) for d in range(10)]
@@ -99,7 +97,6 @@ MIXES = PROTOCOL["mixes"]
 KS = tuple(RULES["ks"])  # pass@k at k = 1, 2, 4, ..., 256
 HEADLINE_MAX = RULES["headline_max"]  # the headline k: the largest k with base pass@k at most this
 LOST = RULES["lost"]  # the rare strategy is lost on a prompt where its share is under this
-BROKEN = RULES["broken"]  # a run has broken down once the answer space holds less of the mass
 # warm-start targets: (first digit, last digit), the rest uniform over the ten digits, and the
 # rare ratio its stopping rule asks for
 WARM_STARTS = {k: tuple(w["target"]) for k, w in PROTOCOL["warm_starts"].items()
@@ -380,10 +377,6 @@ def exact_metrics(point, base, mix):
     out["M_ret"] = 1 - lost / held
     return out
 # ---------------------------------------------------------------- one arm: fgrpo.train
-def arm_name(algo, gamma, lr, n):
-    return f"{algo}_g{gamma:g}_lr{lr:g}_" + ("exact" if n == "exact" else f"n{n}")
-
-
 def fgrpo_argv(arm, args, seed, data, base_dir, out, group):
     """fgrpo.py's command line of an arm: the tiny model's settings spelled out (--model is a
     folder here, so fgrpo's TINY defaults do not apply), a step per --mini-batch prompts."""
@@ -630,13 +623,7 @@ def run_jobs(args, heldout):
 def seed_range(args):
     return range(args.first_seed, args.first_seed + args.seeds)
 # ---------------------------------------------------------------- analysis: frontiers, seeds paired
-LOWER_IS_BETTER = {"rare lost"}
 MECHANISM = ("rare share", "rare lost")
-
-
-def mix_of(key):
-    """A condition, "START/MIX" (or a bare mix: experiments/two_strategy.py), -> its mix."""
-    return key.rsplit("/", 1)[-1]
 
 
 def trajectories(seeds):
@@ -648,99 +635,6 @@ def trajectories(seeds):
 
     return [{key: {name: path(s["base"][key], arm["curve"], mix_of(key)) for name, arm in
                    arms.items()} for key, arms in s["arms"].items()} for s in seeds]
-
-
-def broke_down(path):
-    return min(p["listed"] for p in path) < BROKEN
-
-
-def frontier_at(paths, t, metric):
-    """The best `metric` (the most; the least for LOWER_IS_BETTER) of any of the paths where it
-    crosses pass@1 = t (linear between measurements); None if none reaches t."""
-    values = []
-    for path in paths:
-        for a, b in zip(path, path[1:]):
-            x0, x1 = a["pass@1"], b["pass@1"]
-            if x0 == x1 == t:
-                values += [a[metric], b[metric]]
-            elif min(x0, x1) <= t <= max(x0, x1) and x0 != x1:
-                values.append(a[metric] + (b[metric] - a[metric]) * (t - x0) / (x1 - x0))
-    if not values:
-        return None
-    return min(values) if metric in LOWER_IS_BETTER else max(values)
-
-
-def ceiling(paths):
-    """The highest pass@1 of any measurement of any of the paths."""
-    return max(p["pass@1"] for path in paths for p in path)
-
-
-def seed_levels(groups, count):
-    """One seed's matched pass@1 levels: 1/count, 2/count, ..., 1 of the way from its base model's
-    pass@1 (every path's first point) to the top, the lowest ceiling of the groups of paths; [] if
-    a group is empty or none is above the base. The base point itself is not a level."""
-    if not all(groups):
-        return []
-    lo, hi = groups[0][0][0]["pass@1"], min(ceiling(g) for g in groups)
-    if hi <= lo:
-        return []
-    return [lo + (hi - lo) * i / count for i in range(1, count)] + [hi]
-
-
-def compare(traj, key, base_arms, arms, args, metric, also=()):
-    """F (arms) against its base (base_arms), each seed on its own matched range (with the arm
-    lists `also`: the range all of them reach) and on its stable runs: `metric`'s gap at each
-    level and averaged over the levels, the medians over seeds of both frontiers per level, and
-    the ceilings; paired over the seeds."""
-    levels, gaps, values, tops = [], [], [], []
-    for t in traj:
-        a, b = ([p for p in (t[key][n] for n in names) if not broke_down(p)]
-                for names in (base_arms, arms))
-        others = [[p for p in (t[key][n] for n in names) if not broke_down(p)] for names in also]
-        levels.append(seed_levels([a, b, *others], args.levels))
-        values.append([(frontier_at(a, x, metric), frontier_at(b, x, metric)) for x in levels[-1]])
-        gaps.append([fb - fa for fa, fb in values[-1]])
-        tops.append((ceiling(a) if a else None, ceiling(b) if b else None))
-    matched = [i for i, lv in enumerate(levels) if lv]
-    out = {"levels": levels, "gaps_by_level": gaps, "unmatched": len(traj) - len(matched),
-           "ceiling": paired_summary([b - a for a, b in tops if None not in (a, b)]),
-           "ceilings": [statistics.fmean(x) for x in zip(*[t for t in tops if None not in t])],
-           "level_pass@1": [], "by_level": [], "medians_by_level": [], "gaps": [], "gap": None}
-    if matched:
-        out["level_pass@1"] = [statistics.fmean(levels[i][j] for i in matched)
-                               for j in range(args.levels)]
-        out["by_level"] = [paired_summary([gaps[i][j] for i in matched])
-                           for j in range(args.levels)]
-        out["medians_by_level"] = [[statistics.median(values[i][j][side] for i in matched)
-                                    for side in (0, 1)] for j in range(args.levels)]
-        out["gaps"] = [statistics.fmean(gaps[i]) for i in matched]
-        out["gap"] = paired_summary(out["gaps"])
-    return out
-
-
-FINAL_KEYS = ("pass@1", "pass@{k}", "rare pass@{k}", "rare mass", "M_ret")
-
-
-def final_deltas(traj, key, base_name, name, k):
-    """Paired over seeds: the arm's final metrics minus the base arm's, at the same lr."""
-    out = {}
-    for metric in (x.format(k=k) for x in FINAL_KEYS):
-        diffs = [t[key][name][-1][metric] - t[key][base_name][-1][metric] for t in traj]
-        out[metric] = paired_summary(diffs)
-    return out
-
-
-def mean_sd(xs):
-    return [statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0]
-
-
-def finals(traj, key):
-    """Mean and sd over seeds of the base model's metrics and of every arm's final ones."""
-    first = next(iter(traj[0][key]))
-    rows = {"base": [t[key][first][0] for t in traj]}
-    rows.update({arm: [t[key][arm][-1] for t in traj] for arm in traj[0][key]})
-    return {arm: {m: mean_sd([r[m] for r in rs]) for m in rs[0] if m != "step"}
-            for arm, rs in rows.items()}
 
 
 def arm_rows(traj, seeds, key, headline):
@@ -756,43 +650,13 @@ def arm_rows(traj, seeds, key, headline):
                for m in ("pass@1", f"pass@{headline}")}
         row.update({m: statistics.median(p[-1][m] for p in stable) for m in MECHANISM})
         row["highest pass@1"] = statistics.fmean(ceiling([p]) for p in stable)
-        row.update({f"{m} by step": report.median_path(stable, [m])[0] for m in MECHANISM})
+        row.update({f"{m} by step": median_path(stable, [m])[0] for m in MECHANISM})
         row["broke down"] = [i for i, p in enumerate(paths) if broke_down(p)]
         exact = name.endswith("_exact")
         row["clip_frac"] = None if exact else statistics.fmean(
             s["arms"][key][name]["clip_frac"] for s in seeds)
         rows[name] = row
     return rows
-
-
-def frontier_lrs(traj, key, names, levels, metric):
-    """Which lr makes an arm's frontier of `metric` (the more the better): the seed-levels at
-    which each lr's run is the best, and the lowest lr's margin, the mean over seed-levels of the
-    frontier minus the best of the other lrs (what a still lower lr might add)."""
-    counts = {n: 0 for n in names}
-    margins = []
-    for t, seed_levels_ in zip(traj, levels):
-        stable = [n for n in names if not broke_down(t[key][n])]
-        for x in seed_levels_:
-            values = {n: frontier_at([t[key][n]], x, metric) for n in stable}
-            values = {n: v for n, v in values.items() if v is not None}
-            best = max(values, key=values.get)
-            counts[best] += 1
-            others = [v for n, v in values.items() if n != names[0]]
-            if others:
-                margins.append(values[best] - max(others))
-    return {"counts": counts, "lowest_margin": statistics.fmean(margins) if margins else None}
-
-
-def sweep(args, gamma, n, lrs=None):
-    """An arm's runs at every lr of --lrs (or of `lrs`), by name."""
-    return [arm_name(args.algo, gamma, lr, n) for lr in lrs or args.lrs]
-
-
-def sweep_of(args, key, lrs=None):
-    """sweep() of an arm named "GAMMA/N" (N a group size or "exact")."""
-    gamma, n = key.split("/")
-    return sweep(args, float(gamma), n if n == "exact" else int(n), lrs)
 
 
 def headline_k(base):
@@ -828,61 +692,38 @@ def summarise_condition(traj, seeds, key, args):
                                                        sweep_of(args, b), args, m) for m in CURVE}
                            for a, b in PROTOCOL["versus_exact"]["pairs"] if args.exact_gammas}
     if args.bracket_lrs:
-        out["bracket"] = bracket(traj, key, args)
+        out["bracket"] = bracket(traj, key, args, KS_METRICS)
     for g in [g for g in args.gammas[1:] if g in args.exact_gammas]:
-        sampled = [sweep(args, 0.0, args.n), sweep(args, g, args.n)]
-        exact = [sweep(args, 0.0, "exact"), sweep(args, g, "exact")]
-        diffs = {}
-        for m in CURVE:  # both gains over the same levels: the range all four arms reach
-            at_n = compare(traj, key, *sampled, args, m, also=exact)
-            at_exact = compare(traj, key, *exact, args, m, also=sampled)
-            if at_n["gaps"] and not at_n["unmatched"]:
-                diffs[m] = paired_summary([a - b for a, b in zip(at_n["gaps"], at_exact["gaps"])])
-        out["n_minus_exact"][f"{g:g}"] = diffs
-    return out
-
-
-def bracket(traj, key, args):
-    """With --bracket-lrs: each arm's frontier over every lr minus over --lrs alone ("GAMMA/N":
-    how much the lower lrs lift it, >= 0), and F minus the base algorithm over every lr."""
-    every = sorted(args.lrs + args.bracket_lrs)
-    arms = [f"{g:g}/{n}" for n, gs in ((args.n, args.gammas), ("exact", args.exact_gammas))
-            for g in gs]
-    out = {arm: {m: compare(traj, key, sweep_of(args, arm), sweep_of(args, arm, every), args, m)
-                 for m in KS_METRICS} for arm in arms}
-    for arm in arms:
-        if not arm.startswith("0/"):
-            base = "0/" + arm.split("/")[1]
-            out[f"{arm} - {base}, every lr"] = {m: compare(traj, key, sweep_of(args, base, every),
-                                                           sweep_of(args, arm, every), args, m)
-                                                for m in KS_METRICS}
+        groups = [sweep(args, x, n) for n in (args.n, "exact") for x in (0.0, g)]
+        out["n_minus_exact"][f"{g:g}"] = {m: gain_difference(traj, key, groups, args, m)
+                                          for m in CURVE}
     return out
 
 
 def ceiling_summary(seeds, key, args):
-    """The ceiling runs (--ceiling-seeds): per arm "GAMMA/N", per seed its lr, the highest pass@1
-    in --steps (the grid's run) and in --ceiling-steps, the step of the latter, and every metric
-    of CURVE there; means over the seeds, and F minus the base arm paired over them."""
-    rows = {}
+    """The ceiling runs (--ceiling-seeds), per arm "GAMMA/N" and seed: its lr, the highest pass@1
+    in --steps (the grid's run, "grid top") and in --ceiling-steps, its step, every metric of
+    CURVE there; their means, and paired over seeds F minus the base arm there, and F's top
+    minus the base arm's grid top."""
+    runs = {}
     for s in seeds:
         for arm, record in s["ceilings"].get(key, {}).items():
             grid = s["arms"][key][arm_name(args.algo, record["gamma"], record["lr"], args.n)]
             path = trajectories([{**s, "arms": {key: {"long": record, "grid": grid}}}])[0][key]
             top = max(path["long"], key=lambda p: p["pass@1"])
-            rows.setdefault(arm, []).append({
-                "seed": s["seed"], "lr": record["lr"], "broke down": broke_down(path["long"]),
-                "grid top": ceiling([path["grid"]]), **{m: top[m] for m in ("step", *CURVE)}})
-    out = {"runs": rows, "means": {arm: {m: statistics.fmean(r[m] for r in rs)
-                                         for m in ("grid top", "pass@1", "step", *CURVE)}
-                                   for arm, rs in rows.items()}}
-    base = f"0/{args.n}"
-    for arm in [a for a in rows if a != base and base in rows]:
-        by_seed = {r["seed"]: r for r in rows[base]}
-        pairs = [(by_seed[r["seed"]], r) for r in rows[arm] if r["seed"] in by_seed]
-        out[f"{arm} - {base}"] = {m: paired_summary([b[m] - a[m] for a, b in pairs])
-                                  for m in ("pass@1", *CURVE)}
-        out[f"{arm} top - {base} grid top"] = paired_summary([b["pass@1"] - a["grid top"]
-                                                              for a, b in pairs])
+            runs.setdefault(arm, {})[s["seed"]] = {
+                "lr": record["lr"], "broke down": broke_down(path["long"]),
+                "grid top": ceiling([path["grid"]]), **{m: top[m] for m in ("step", *CURVE)}}
+    metrics = ("grid top", "step", *CURVE)
+    out = {"runs": runs, "means": {arm: {m: statistics.fmean(r[m] for r in rs.values())
+                                         for m in metrics} for arm, rs in runs.items()}}
+    base = runs.get(f"0/{args.n}", {})
+    for arm in [a for a in runs if a != f"0/{args.n}" and base]:
+        pairs = [(base[seed], r) for seed, r in runs[arm].items() if seed in base]
+        out[f"{arm} minus base"] = {m: paired_summary([b[m] - a[m] for a, b in pairs])
+                                    for m in ("pass@1", *CURVE)}
+        out[f"{arm} top minus base grid top"] = paired_summary(
+            [b["pass@1"] - a["grid top"] for a, b in pairs])
     return out
 
 
@@ -911,7 +752,10 @@ def write_results(result, traj, args):
     """OUT/NAME.json, and the report: OUT/NAME.md, OUT/NAME.png, OUT/NAME_mechanism.png."""
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(result))
-    report.write(result, traj, args)
+    report.write(args.out / f"{args.name}.md", report.markdown(result, args))
+    figures.draw(result, traj, args)
+    names = [f"see_it_happen_{x}" + "_quick" * args.quick for x in ("confirmation", "exploration")]
+    report.write_page(args.out, PROTOCOL, names, report.committed(PROTOCOL_PATH))
     print(f"results: {args.out / args.name}.json, .md, .png, _mechanism.png", flush=True)
 
 
@@ -921,8 +765,8 @@ def report_only(args):
     if not source.exists():
         sys.exit(f"--report-only: no {source} (--out names the folder of a finished run)")
     saved = json.loads(source.read_text())
-    ran = argparse.Namespace(**{**saved["config"], "work": Path(saved["config"]["work"]),
-                                "out": args.out})
+    ran = argparse.Namespace(**{**vars(parse_args([])), **saved["config"], "out": args.out,
+                                "work": Path(saved["config"]["work"]), "name": args.name})
     saved["summary"], traj = summarise(saved["seeds"], ran)
     write_results(saved, traj, ran)
     return saved

@@ -2,7 +2,9 @@
 pass@k curve; NAME_mechanism.png, the rare strategy along the runs and at matched pass@1), from a
 run's result (its settings, seeds, summary and times) and trajectories. Nothing here computes a
 figure that the summary does not hold, but for the medians a plot draws."""
+import json
 import statistics
+import subprocess
 
 HAND_WRITTEN = "<!-- written by hand above this line; see_it_happen.py writes the rest -->"
 
@@ -182,7 +184,8 @@ def times_line(result, args):
     bases = [b for s in seeds for b in s["base"].values()]
     wall = sum(a["seconds"] for a in runs) + sum(b.get("seconds", 0) for b in bases)
     cpu = sum(a.get("cpu_s", 0) for a in runs) + sum(b.get("cpu_s", 0) for b in bases)
-    return (f"`python experiments/see_it_happen.py{' --quick' if args.quick else ''}` (this "
+    flags = " --confirm" * args.confirm + " --quick" * args.quick
+    return (f"`python experiments/see_it_happen.py{flags}` (this "
             f"invocation): {t['wall_s'] / 60:.1f} min wall, {t['cpu_s'] / 60:.1f} CPU-min, "
             f"{args.workers} worker(s), load average {t['load'][0]:.1f} at the start and "
             f"{t['load'][1]:.1f} at the end (2 cores, shared). The warm starts and arms it reports "
@@ -193,8 +196,9 @@ def times_line(result, args):
 
 def markdown(result, args):
     summary = result["summary"]
-    lines = [f"# See it happen: {', '.join(args.starts)} x {args.seeds} seeds, {args.steps} "
-             f"steps, N = {args.n}, lrs {', '.join(f'{x:g}' for x in args.lrs)}", "",
+    seeds = [s["seed"] for s in result["seeds"]]
+    lines = [f"# See it happen: {', '.join(args.starts)}, seeds {seeds[0]}-{seeds[-1]}, "
+             f"{args.steps} steps, N = {args.n}, lrs {', '.join(f'{x:g}' for x in args.lrs)}", "",
              times_line(result, args), ""]
     lines += glance_markdown(summary, args)
     for key, res in summary["conditions"].items():
@@ -210,147 +214,124 @@ def markdown(result, args):
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------- figures
-def pyplot():
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("note: pip install matplotlib to get the figures")
-        return None
-    return plt
-
-
-def plot_curve(summary, args, path):
-    """Per condition (two rows of two): the base model's pass@k; F minus the base algorithm at
-    matched pass@1 against k (mean over levels, 95% interval); the gap at each level and k, N and
-    exact."""
-    plt = pyplot()
-    if plt is None:
-        return
-    keys = list(summary["conditions"])
-    fig, axes = plt.subplots(2 * len(keys), 2, figsize=(13, 10 * len(keys)), squeeze=False)
-    for i, key in enumerate(keys):
-        res = summary["conditions"][key]
-        ks = ks_of(res)
-        base = [res["base"][f"pass@{k}"] for k in ks]
-        ax = axes[2 * i][0]
-        ax.errorbar(ks, [b[0] for b in base], yerr=[b[1] for b in base], fmt="o-", ms=3)
-        ax.axhline(res["constants"]["headline_max"], color="grey", lw=0.8)
-        ax.axvline(res["headline_k"], color="grey", lw=0.8, ls=":")
-        ax.set(xscale="log", xlabel="k", ylabel="pass@k",
-               title=f"{key}: base model, mean ± sd over seeds (dotted: the headline k)")
-        plot_gap_curve(axes[2 * i][1], res, args)
-        for ax, name in zip(axes[2 * i + 1], res["frontier"]):
-            plot_heatmap(fig, ax, res["frontier"][name], ks, f"{key}: {label(name)}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-
-
-def plot_gap_curve(ax, res, args):
-    ks = ks_of(res)
-    curves = {label(n): [c[f"pass@{k}"]["gap"] for k in ks] for n, c in res["frontier"].items()}
-    for g, d in res["n_minus_exact"].items():
-        curves[f"gamma {g}: N {args.n} minus exact (the levels all four reach)"] = [
-            d.get(f"pass@{k}") for k in ks]
-    for i, (name, gaps) in enumerate(curves.items()):
-        pts = [(k * 1.04 ** i, s) for k, s in zip(ks, gaps) if s is not None]
-        err = [[s["mean"] - (s["lo"] if s["lo"] is not None else s["mean"]) for _, s in pts],
-               [(s["hi"] if s["hi"] is not None else s["mean"]) - s["mean"] for _, s in pts]]
-        ax.errorbar([k for k, _ in pts], [s["mean"] for _, s in pts], yerr=err, fmt="o-", ms=3,
-                    capsize=2, lw=1, color=f"C{i}", label=name)
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.axvline(res["headline_k"], color="grey", lw=0.8, ls=":")
-    ax.set(xscale="log", xlabel="k", ylabel="pass@k gain at matched pass@1",
-           title=f"F minus {args.algo.upper()}, mean over levels, 95% t interval")
-    ax.legend(fontsize=7)
-
-
-def plot_heatmap(fig, ax, by_metric, ks, title):
-    """The mean gap over seeds at each level (rows) and k (columns), 0 white."""
-    grid = [[by_metric[f"pass@{k}"]["by_level"][j]["mean"] for k in ks]
-            for j in range(len(by_metric["pass@1"]["by_level"]))]
-    if not grid:
-        return
-    top = max(abs(v) for row in grid for v in row) or 1.0
-    image = ax.imshow(grid, cmap="RdBu", vmin=-top, vmax=top, aspect="auto", origin="lower")
-    ax.set_xticks(range(len(ks)), [str(k) for k in ks])
-    levels = by_metric["pass@1"]["level_pass@1"]
-    ax.set_yticks(range(len(levels)), [f"{x:.3f}" for x in levels])
-    ax.set(xlabel="k", ylabel="level: pass@1 (mean over seeds)",
-           title=f"{title}: pass@k gain by level (blue: F above)")
-    fig.colorbar(image, ax=ax)
-
-
-def plot_mechanism(result, traj, args, path):
-    """Per condition (two rows of two): every arm's median path over its stable seeds in (pass@1,
-    rare share) and (pass@1, lost fraction), each lr's at its end; both at matched pass@1."""
-    plt = pyplot()
-    if plt is None:
-        return
-    keys = list(result["summary"]["conditions"])
-    fig, axes = plt.subplots(2 * len(keys), 2, figsize=(13, 10 * len(keys)), squeeze=False)
-    for i, key in enumerate(keys):
-        res = result["summary"]["conditions"][key]
-        kinds = []
-        for name, arm in result["seeds"][0]["arms"][key].items():
-            broken = res["arms"][name]["broke down"]
-            stable = [t[key][name] for j, t in enumerate(traj) if j not in broken]
-            kind = label(f"{arm['gamma']:g}/{arm['n']}")
-            kinds += [kind] if kind not in kinds else []
-            if stable:  # an arm whose every run broke down is in the tables only
-                plot_median_run(axes[2 * i], stable, arm, f"C{kinds.index(kind)}", kind)
-        for ax, metric in zip(axes[2 * i], ("rare share", "rare lost")):
-            ax.set(xlabel="pass@1 (median over stable seeds)", ylabel=metric,
-                   title=f"{key}: {metric} along every run (its lr at its end)")
-            ax.legend(fontsize=7)
-        for ax, metric in zip(axes[2 * i + 1], ("rare share", "rare lost")):
-            plot_matched(ax, res, metric, args)
-        for ax in (axes[2 * i][0], axes[2 * i + 1][0]):  # shares from 0.001 to 1
-            ax.set_yscale("symlog", linthresh=0.01)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-
-
-def plot_median_run(axes, stable, arm, color, kind):
-    p1, share, lost = median_path(stable, ["pass@1", "rare share", "rare lost"])
-    first_lr = kind not in [h.get_label() for h in axes[0].get_lines()]
-    for ax, ys in zip(axes, (share, lost)):
-        ax.plot(p1, ys, linestyle="--" if arm["n"] == "exact" else "-", marker=".", lw=1,
-                alpha=0.7, color=color, label=kind if first_lr else None)
-        ax.annotate(f"{arm['lr']:g}", (p1[-1], ys[-1]), fontsize=6, color=color)
-
-
-def median_path(paths, keys):
-    """The step-by-step median over seeds of trajectories measured at the same steps (a run that
-    breaks down in one seed does not drag the line)."""
-    return [[statistics.median(p[i][key] for p in paths) for i in range(len(paths[0]))]
-            for key in keys]
-
-
-def plot_matched(ax, res, metric, args):
-    """Each arm's frontier of `metric` at each matched level, median over seeds."""
-    for i, (name, by_metric) in enumerate(res["frontier"].items()):
-        c = by_metric[metric]
-        if not c["medians_by_level"]:
-            continue
-        for side, style in ((0, ":"), (1, "-")):
-            who = args.algo.upper() if side == 0 else "F"
-            ax.plot(c["level_pass@1"], [m[side] for m in c["medians_by_level"]], style,
-                    marker="o", ms=3, color=f"C{i}", label=f"{label(name)}: {who}")
-    ax.set(xlabel="matched pass@1 level (mean over seeds)", ylabel=f"{metric} (median frontier)",
-           title=f"{metric} at matched pass@1 (dotted: {args.algo.upper()}, solid: F)")
-    ax.legend(fontsize=7)
-
-
-def write(result, traj, args):
-    """OUT/NAME.md (its part above HAND_WRITTEN, a reading of the results, kept), the figures."""
-    md = args.out / f"{args.name}.md"
-    old = md.read_text() if md.exists() else ""
+def write(path, text):
+    """`text` into `path`, with the part of `path` above HAND_WRITTEN (a reading, by hand) kept."""
+    old = path.read_text() if path.exists() else ""
     kept = old[:old.index(HAND_WRITTEN)] + HAND_WRITTEN + "\n\n" if HAND_WRITTEN in old else ""
-    md.write_text(kept + markdown(result, args))
-    plot_curve(result["summary"], args, args.out / f"{args.name}.png")
-    plot_mechanism(result, traj, args, args.out / f"{args.name}_mechanism.png")
+    path.write_text(kept + text)
+
+
+# ---------------------------------------------------------------- the results page
+def primary(res, protocol):
+    """The protocol's primary endpoint of a condition: (its paired summary, its k, confirmed)."""
+    rule = protocol["primary"]
+    k = res["headline_k"] if rule["metric"] == "headline" else int(rule["metric"])
+    gap = res["frontier"][rule["comparison"]][f"pass@{k}"]["gap"]
+    return gap, k, gap is not None and gap["lo"] is not None and gap["lo"] > 0
+
+
+def page_markdown(confirm, explore, protocol, committed):
+    """The results page: the confirmation's primary endpoint as the protocol reads it, then the
+    confirmation beside the exploration at every k, then the secondary analyses."""
+    key = next(iter(confirm["summary"]["conditions"]))
+    res = confirm["summary"]["conditions"][key]
+    old = explore["summary"]["conditions"][key]
+    gap, k, confirmed = primary(res, protocol)
+    seeds = [f"seeds {r['seeds'][0]['seed']}-{r['seeds'][-1]['seed']}" for r in (confirm, explore)]
+    verdict = "**confirmed**" if confirmed else "**not confirmed**"
+    lines = [f"# See it happen: the confirmation ({seeds[0]}) and the exploration ({seeds[1]})",
+             "", f"The protocol, experiments/see_it_happen_protocol.toml, was committed at "
+             f"{committed}, before the confirmation ran. {key}.", "", "## The primary endpoint",
+             "", f"F minus DAPO at N {protocol['design']['n']}, pass@{k} (the headline k by the "
+             f"rule), each seed's gap at matched pass@1 averaged over its levels, mean over the "
+             f"{gap['n']} confirmation seeds: {ci(gap, 4)} (p {tests(gap)}). The protocol's rule "
+             f"({protocol['primary']['confirmed_when']}): {verdict}. On the exploration seeds, "
+             f"which shaped the design: {ci(primary(old, protocol)[0], 4)}.", ""]
+    lines += side_by_side(res, old, seeds)
+    for part in (bracket_markdown, ceilings_markdown):
+        lines += part(res, protocol)
+    return "\n".join(lines + versus_exact_markdown(res, old, seeds)) + "\n"
+
+
+def side_by_side(res, old, seeds):
+    """F minus the base algorithm at every k, mean over levels, on both seed sets."""
+    names = list(res["frontier"])
+    head = ["k"] + [f"{label(x)}: {s}" for x in names for s in seeds]
+    head += [f"N minus exact: {s}" for s in seeds]
+    rows = []
+    for k in ks_of(res):
+        m = f"pass@{k}"
+        row = [star(k, res)]
+        row += [ci(r["frontier"][x][m]["gap"], 4) for x in names for r in (res, old)]
+        rows.append(row + [ci(next(iter(r["n_minus_exact"].values()), {}).get(m), 4)
+                           for r in (res, old)])
+    return ["## Every k, both seed sets", "", "Mean over levels [95% t interval] over seeds; "
+            "bold: the headline k.", "", *table(head, rows), ""]
+
+
+def bracket_markdown(res, protocol):
+    """How much the protocol's lower lrs lift each frontier, and F's gain over every lr."""
+    if "bracket" not in res:
+        return []
+    lifted, every = res["bracket"]["lifted"], res["bracket"]["every lr"]
+    head = ["k", *(f"{label(a)}: lifted" for a in lifted), *(f"{label(a)}: F's gain, every lr"
+                                                             for a in every)]
+    rows = [[star(k, res), *(ci(c[f"pass@{k}"]["gap"], 4) for c in [*lifted.values(),
+                                                                     *every.values()])]
+            for k in ks_of(res)]
+    lrs = ", ".join(f"{x:g}" for x in protocol["bracket"]["lrs"])
+    return [f"## Bracketing from below: lr {lrs} added (confirmation seeds)", "",
+            "Each arm's frontier over every lr minus over the protocol's lrs alone (0 where the "
+            "lower lr never makes the frontier), mean over levels; then F minus DAPO with every "
+            "lr.", "", *table(head, rows), ""]
+
+
+def ceilings_markdown(res, protocol):
+    """The ceiling runs: each N-8 arm's best stable lr run again for more steps."""
+    if "ceilings" not in res:
+        return []
+    c = res["ceilings"]
+    k = res["headline_k"]
+    steps = [protocol["design"]["steps"], protocol["ceilings"]["steps"]]
+    rows = [[label(arm), ", ".join(f"{r['lr']:g}" for r in c["runs"][arm].values()),
+             f"{m['grid top']:.3f}", f"{m['pass@1']:.3f}", f"{m['step']:.0f}",
+             f"{m[f'pass@{k}']:.3f}", f"{m['rare share']:.3f}", f"{m['rare lost']:.2f}",
+             ", ".join(str(s) for s, r in c["runs"][arm].items() if r["broke down"]) or "none"]
+            for arm, m in c["means"].items()]
+    head = ["arm", "lr per seed", f"top pass@1 in {steps[0]} steps", f"in {steps[1]} steps",
+            "at step", f"pass@{k} there", "rare share there", "lost there", "broke down"]
+    said = [f"{'F top minus DAPO grid top' if 'top' in name else 'F minus DAPO'} "
+            f"{ci(s if 'top' in name else s['pass@1'])}"
+            for name, s in c.items() if "minus" in name]
+    return [f"## The ceilings: each N-8 arm's best stable run again for {steps[1]} steps", "",
+            f"Means over the first {protocol['ceilings']['seeds']} confirmation seeds; rare "
+            "share and lost are medians over prompts at the top.", "", *table(head, rows), "",
+            f"Paired over those seeds, pass@1 at the top ({steps[1]} steps; DAPO's \"grid top\" "
+            f"in {steps[0]}): {'; '.join(said)}.", ""]
+
+
+def versus_exact_markdown(res, old, seeds):
+    """At matched pass@1, every k: F at N 8, and DAPO at N 8, against DAPO's exact update."""
+    names = list(res["versus_exact"])
+    head = ["k"] + [f"{x}: {s}" for x in names for s in seeds]
+    rows = [[star(k, res)] + [ci(r["versus_exact"][x][f"pass@{k}"]["gap"], 4)
+                              for x in names for r in (res, old)] for k in ks_of(res)]
+    return ["## Without increasing group size: against DAPO's exact update (N -> infinity)", "",
+            "At matched pass@1, mean over levels; \"1/8 - 0/exact\" is F at N 8 minus DAPO's exact "
+            "update, \"0/8 - 0/exact\" what groups of 8 cost DAPO.", "", *table(head, rows), ""]
+
+
+def write_page(out, protocol, names, committed):
+    """OUT/see_it_happen.md from OUT/NAME.json of both runs (names: confirmation, exploration);
+    nothing where either run is missing."""
+    paths = [out / f"{name}.json" for name in names]
+    if all(p.exists() for p in paths):
+        runs = [json.loads(p.read_text()) for p in paths]
+        write(out / "see_it_happen.md", page_markdown(*runs, protocol, committed))
+
+
+def committed(path):
+    """The commit that added `path`, with its date, as git names it."""
+    log = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h (%cs)", "--", path.name],
+                         cwd=path.parent, capture_output=True, text=True).stdout.split("\n")
+    return [x for x in log if x][-1] if any(log) else "a commit git cannot name here"

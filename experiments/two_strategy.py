@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import fgrpo  # noqa: E402
 import see_it_happen as see  # noqa: E402
 import see_it_happen_report as see_report  # noqa: E402
+from frontiers import median_path  # noqa: E402
 from paired import paired_summary  # noqa: E402
 
 OUTCOMES = ("first", "last", "other")
@@ -506,7 +507,7 @@ def plot_rare_mass(ax, traj, mix, args, optim):
         for n, style in ((args.n, "-"), ("exact", "--")):
             for lr in args.lrs:
                 path = [t[mix][see.arm_name(args.algo, g, lr, n)] for t in traj]
-                p1, rare = see_report.median_path(path, ["pass@1", "rare mass"])
+                p1, rare = median_path(path, ["pass@1", "rare mass"])
                 ax.plot(p1, rare, style, color=f"C{i}", alpha=0.6, lw=1,
                         label=f"gamma {g:g}, {n}" if lr == args.lrs[0] else None)
     ax.set(title=f"{optim}, {mix}: the rare strategy's mass, every lr (median, seeds)",

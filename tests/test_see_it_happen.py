@@ -245,17 +245,19 @@ def _see_compare(traj, key, groups, want, count, metric):
 
 @pytest.mark.slow
 def test_see_it_happen_quick_figures_match_an_independent_recomputation(see, tmp_path):
-    # --quick: 2 seeds x 2 warm starts, DAPO at 2 lrs x gamma 0 and 1, N 8 and the exact update,
+    # --quick --confirm: the protocol's confirmation seeds (10, 11 here), 2 warm starts, DAPO at 2
+    # lrs and a bracketing lower one x gamma 0 and 1, N 8 and the exact update, the ceiling runs,
     # eval.py's cross-check; all through fgrpo.train and its Hooks. Every reported figure is
     # recomputed, and fgrpo is left as it was: the experiment swaps parts through Hooks only.
     touched = ("verify", "run_step", "rollout", "group_advantages", "train", "Hooks")
     before = [getattr(fgrpo, n) for n in touched], signal.getsignal(signal.SIGTERM)
     hooks, threads = fgrpo.Hooks(), torch.get_num_threads()
     out = tmp_path / "out"
-    res = see.main(["--quick", "--workers", "1", "--out", str(out), "--work", str(tmp_path / "w")])
+    res = see.main(["--quick", "--confirm", "--workers", "1", "--out", str(out), "--work",
+                    str(tmp_path / "w")])
     assert ([getattr(fgrpo, n) for n in touched], signal.getsignal(signal.SIGTERM)) == before
     assert fgrpo.Hooks() == hooks and torch.get_num_threads() == threads
-    saved = json.loads((out / "see_it_happen_quick.json").read_text())
+    saved = json.loads((out / "see_it_happen_confirmation_quick.json").read_text())
     assert saved["summary"] == json.loads(json.dumps(res["summary"]))
     cfg, seeds, summary = saved["config"], saved["seeds"], saved["summary"]
     traj = [{key: {arm: [{"step": p["step"], **_see_metrics(p, s["base"][key],
@@ -263,13 +265,34 @@ def test_see_it_happen_quick_figures_match_an_independent_recomputation(see, tmp
                          for p in [{"step": 0, **s["base"][key]}] + rec["curve"]]
                    for arm, rec in arms.items()} for key, arms in s["arms"].items()} for s in seeds]
     _see_check_seeds(seeds, cfg)
+    assert [s["seed"] for s in seeds] == [10, 11] and cfg["bracket_lrs"] == [3e-5]
     assert list(summary["conditions"]) == ["rare/tie", "strategy/tie"]
     for key, want in summary["conditions"].items():
         _see_check_condition(traj, seeds, key, want, cfg)
+    _see_check_new_analyses(traj, seeds, "rare/tie", summary["conditions"]["rare/tie"], cfg)
+    assert "ceilings" not in summary["conditions"]["strategy/tie"]  # the main start's alone
     _see_report(out, summary, seeds, Path(cfg["work"]), cfg)  # --quick's own work folder
-    md = (out / "see_it_happen_quick.md").read_text()
-    see.main(["--quick", "--report-only", "--out", str(out)])  # the report again, from the JSON
-    assert (out / "see_it_happen_quick.md").read_text() == md
+    md = (out / "see_it_happen_confirmation_quick.md").read_text()
+    # the results page, with the same run standing in for the exploration's: the protocol's
+    # primary endpoint and its rule read from the protocol file
+    (out / "see_it_happen_exploration_quick.json").write_text(
+        (out / "see_it_happen_confirmation_quick.json").read_text())
+    see.main(["--quick", "--confirm", "--report-only", "--out", str(out)])  # again, from JSON
+    assert (out / "see_it_happen_confirmation_quick.md").read_text() == md
+    _see_page(out, summary["conditions"]["rare/tie"])
+
+
+def _see_page(out, res):
+    import tomllib
+    protocol = tomllib.loads((ROOT / "experiments" / "see_it_happen_protocol.toml").read_text())
+    assert protocol["primary"] == {"comparison": "1/8", "metric": "headline",
+                                   "confirmed_when": "lower end of the 95% t interval > 0"}
+    gap = res["frontier"]["1/8"][f"pass@{res['headline_k']}"]["gap"]
+    page = (out / "see_it_happen.md").read_text()
+    said = f"{gap['mean']:+.4f} [{gap['lo']:+.4f}, {gap['hi']:+.4f}]"
+    verdict = "**confirmed**" if gap["lo"] > 0 else "**not confirmed**"
+    assert f"pass@{res['headline_k']} (the headline k by the rule)" in page
+    assert said in page and f"{protocol['primary']['confirmed_when']}): {verdict}" in page
 
 
 def _see_check_seeds(seeds, cfg):
@@ -326,9 +349,65 @@ def _see_check_condition(traj, seeds, key, want, cfg):
             at_n = _see_gains(traj, key, sampled + exact, cfg["levels"], metric)
             at_exact = _see_gains(traj, key, exact + sampled, cfg["levels"], metric)
             if at_n is None:
-                assert metric not in by_metric
+                assert by_metric.get(metric) is None
             else:
                 _see_paired([a - b for a, b in zip(at_n, at_exact)], by_metric[metric], tol=1e-6)
+
+
+def _see_check_new_analyses(traj, seeds, key, want, cfg):
+    """The confirmation's analyses: against DAPO's exact update, the lower lrs' bracket, the
+    ceiling runs (each seed's best stable lr again for more steps)."""
+    def names(arm, lrs):
+        g, n = arm.split("/")
+        return [f"dapo_g{float(g):g}_lr{lr:g}_" + ("exact" if n == "exact" else f"n{n}")
+                for lr in lrs]
+    curve = [f"pass@{k}" for k in KS] + ["rare share", "rare lost"]
+    for name, by_metric in want["versus_exact"].items():  # "1/8 - 0/exact": B minus A
+        b, a = name.split(" - ")
+        for metric in curve:
+            _see_compare(traj, key, [names(a, cfg["lrs"]), names(b, cfg["lrs"])],
+                         by_metric[metric], cfg["levels"], metric)
+    every = sorted(cfg["lrs"] + cfg["bracket_lrs"])
+    for arm, by_metric in want["bracket"]["lifted"].items():
+        for k in KS:
+            _see_compare(traj, key, [names(arm, cfg["lrs"]), names(arm, every)],
+                         by_metric[f"pass@{k}"], cfg["levels"], f"pass@{k}")
+    for arm, by_metric in want["bracket"]["every lr"].items():
+        base = "0/" + arm.split("/")[1]
+        for k in KS:
+            _see_compare(traj, key, [names(base, every), names(arm, every)],
+                         by_metric[f"pass@{k}"], cfg["levels"], f"pass@{k}")
+    _see_check_ceilings(traj, seeds, key, want["ceilings"], cfg)
+
+
+def _see_check_ceilings(traj, seeds, key, want, cfg):
+    shares = SHARES[key.split("/")[1]]
+    tops = {}
+    for t, s in zip(traj, seeds):
+        for arm, record in s["ceilings"].get(key, {}).items():
+            g = arm.split("/")[0]
+            grids = {lr: t[key][f"dapo_g{float(g):g}_lr{lr:g}_n{cfg['n']}"] for lr in cfg["lrs"]}
+            stable = {lr: p for lr, p in grids.items() if min(x["listed"] for x in p) >= 0.9}
+            best = max(stable, key=lambda lr: max(x["pass@1"] for x in stable[lr]))
+            assert record["lr"] == best  # the stable run that reached the highest pass@1
+            path = [_see_metrics(p, s["base"][key], shares) for p in record["curve"]]
+            assert [p["step"] for p in record["curve"]][-1] == cfg["ceiling_steps"]
+            top = max(range(len(path)), key=lambda i: path[i]["pass@1"])
+            got = want["runs"][arm][str(s["seed"])]
+            assert got["step"] == record["curve"][top]["step"]
+            for metric in ("pass@1", f"pass@{KS[-1]}", "rare share"):
+                assert abs(got[metric] - path[top][metric]) < 1e-9, metric
+            assert abs(got["grid top"] - max(x["pass@1"] for x in grids[best])) < 1e-12
+            tops.setdefault(arm, {})[s["seed"]] = (path[top]["pass@1"], got["grid top"])
+    for arm, by_seed in tops.items():
+        assert abs(want["means"][arm]["pass@1"] - np.mean([v[0] for v in by_seed.values()])) < 1e-9
+    base = tops.get(f"0/{cfg['n']}", {})
+    for arm in [a for a in tops if not a.startswith("0/")]:
+        seeds_both = [x for x in tops[arm] if x in base]
+        _see_paired([tops[arm][x][0] - base[x][0] for x in seeds_both],
+                    want[f"{arm} minus base"]["pass@1"])
+        _see_paired([tops[arm][x][0] - base[x][1] for x in seeds_both],
+                    want[f"{arm} top minus base grid top"])
 
 
 def _see_gains(traj, key, groups, count, metric):
@@ -368,9 +447,8 @@ def _see_frontier_lrs(traj, key, names, levels, metric):
 def _see_check_arms(traj, seeds, key, want, cfg, headline):
     name = lambda g, lr, m: f"dapo_g{g:g}_lr{lr:g}_" + (  # noqa: E731
         "exact" if m == "exact" else f"n{m}")
-    arms = [name(g, lr, n) for lr in cfg["lrs"] for n, gs in ((cfg["n"], cfg["gammas"]),
-                                                              ("exact", cfg["exact_gammas"]))
-            for g in gs]
+    arms = [name(g, lr, n) for lr in cfg["lrs"] + cfg["bracket_lrs"]
+            for n, gs in ((cfg["n"], cfg["gammas"]), ("exact", cfg["exact_gammas"])) for g in gs]
     assert list(want["arms"]) == arms
     for arm, row in want["arms"].items():
         paths = [t[key][arm] for t in traj]
@@ -409,7 +487,7 @@ def _see_report(out, summary, seeds, work, cfg):
             assert abs(check[f"exact pass@{k}"] - exact) < 1e-9
         se = math.sqrt(np.mean(ps) * (1 - np.mean(ps)) / (c["n"] * len(ps)))
         assert abs(check["sampled pass@1"] - check["exact pass@1"]) < 5 * se + 0.02  # sampling
-    md = (out / "see_it_happen_quick.md").read_text()
+    md = (out / "see_it_happen_confirmation_quick.md").read_text()
     assert len(re.findall(r"[+-]\d\.\d+ \[[+-]\d\.\d+, [+-]\d\.\d+\]", md)) > 100
     for key, res in summary["conditions"].items():
         for by_metric in res["frontier"].values():
@@ -423,7 +501,7 @@ def _see_report(out, summary, seeds, work, cfg):
             assert f"| {arm} | " + " | ".join(f"{r:.3f}" for r in row["rare share by step"]) in md
     if importlib.util.find_spec("matplotlib"):
         for suffix in ("", "_mechanism"):
-            assert (out / f"see_it_happen_quick{suffix}.png").stat().st_size > 10_000
+            assert (out / f"see_it_happen_confirmation_quick{suffix}.png").stat().st_size > 10_000
 
 
 def test_two_strategy_expected_update_and_objective(monkeypatch):
