@@ -1,9 +1,13 @@
 """The docs hold to the code: every command's flags and make targets exist, every cited file and
 test exists, the files keep their budgets, and CONTRIBUTING.md states the rules these tests
 enforce (its messages point there)."""
+import json
 import re
+import shutil
+import statistics
 import subprocess
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import eval as evaluator  # eval.py; the alias keeps the builtin eval
 import fgrpo
@@ -239,3 +243,512 @@ def test_code_and_docs_cite_the_paper_not_the_projects_spec_or_issues(tmp_path):
     words = ["SP" + "EC Sec. 3", "is" + "sue 20", "no GPU was " + "le" + "nt"]
     bad.write_text("\n".join(words) + "\nSec. 4, Eq. 12 and pytorch#120601\n")
     assert [x.split(": ")[0] for x in _unseen_citations([bad])] == [f"{bad}:{n}" for n in (1, 2, 3)]
+
+# ---------------------------------------------------------------- the figures the docs quote
+# The figures the README and docs/ quote from a results file are that file's: each is read from
+# the file, formatted as printed and looked for in the page, so a figure changed by hand in the
+# text, or in the file, fails here. And a time measured on this project's cores says where and when.
+# 
+# To add a figure: a line in FIGURES, Figure(page, the words as printed with a {} where each figure
+# stands, the results file, what reads the figures from it). `at("rows/2/ratio")` reads a path of
+# keys and list indices; anything else is a function of the file's JSON.
+BENCH = "bench/results.json"
+VERIFY = "bench/verify_results.json"
+CALIBRATION = "bench/compare_calibration.json"
+PARITY = "bench/parity_results.json"
+MUTATION = "bench/mutation_results.json"
+TWO = "experiments/results/two_strategy.json"
+TINY = "experiments/results/table1_tiny.json"
+CAT_LR3 = "experiments/results/categorical_adamw_lr0.001.json"
+CAT_LR2 = "experiments/results/categorical_adamw_lr0.01_sgd_lr5000.json"
+CI3 = "{:+.3f} [{:+.3f}, {:+.3f}]"  # a paired summary, mean [95% t interval]
+SEEN = "experiments/results/see_it_happen_confirmation.json"  # seeds 10-19, the protocol's
+SHAPED = "experiments/results/see_it_happen_exploration.json"  # seeds 0-9
+
+
+class Figure(NamedTuple):
+    page: str  # README.md or docs/NAME.md
+    text: str  # as printed, a {} (with its format) where each figure stands
+    file: str  # the results file, from the repository's root (or a tuple of them)
+    read: Callable  # the file's JSON (each file's) -> the figures, in the order of the {}s
+
+
+def at(*paths):
+    """A reader of paths like "rows/2/ratio": keys, and indices into lists."""
+    def get(data, path):
+        for key in path.split("/"):
+            data = data[int(key)] if isinstance(data, list) else data[key]
+        return data
+    return lambda data: tuple(get(data, path) for path in paths)
+
+
+# ---------------------------------------------------------------- readers of the files' parts
+def bench_row(i, fmt_met=lambda met: {True: "yes", False: "**no**", None: "-"}[met]):
+    """bench/results.json's row i: ours, alternative, ratio, target, met, as the table shows."""
+    return lambda d: (*at(f"rows/{i}/ours", f"rows/{i}/alternative", f"rows/{i}/ratio")(d),
+                      d["rows"][i]["target"] or "-", fmt_met(d["rows"][i]["met"]))
+
+
+def parity(select):
+    """The largest value and gradient differences of the parity rows `select` picks, and whether
+    every one is equal, as integrations.md's table shows them."""
+    def read(d):
+        rows = [r for r in d["rows"] if select(r)]
+        assert rows
+        grads = [r["grad_diff"] for r in rows if r["grad_diff"] is not None]
+        equal = {r["equal"] for r in rows}
+        assert len(equal) == 1
+        return (max(r["value_diff"] for r in rows), *([max(grads)] if grads else []),
+                "yes" if equal.pop() else "no")
+    return read
+
+
+def calibration(d, n, test, setting):  # one row of bench/compare_calibration.json's results
+    return next(r for r in d["results"]
+                if (r["n"], r["test"], r["setting"]) == (n, test, setting))
+
+
+def shown(row, k, band):  # a share at k as eval.md's table prints it: 3.6% (2.6-4.9)
+    i = row["k"].index(k)
+    low, high = row["wilson95"][i]
+    return f"{100 * row['measured'][i]:.1f}%" + (f" ({100 * low:.1f}-{100 * high:.1f})"
+                                                  if band else "")
+
+
+def calibration_row(n, test, setting, ks, band, last_band):
+    """eval.md's cells of one row: the share at each of ks, then at the largest k."""
+    def read(d):
+        row = calibration(d, n, test, setting)
+        return (*(shown(row, k, band) for k in ks), row["k"][-1],
+                shown(row, row["k"][-1], last_band))
+    return read
+
+
+def shares(test, setting, key="measured", k=None):
+    """Every n's shares (every k, or at k alone) of one test and setting, in %."""
+    return lambda d: [100 * x for r in d["results"] if (r["test"], r["setting"]) == (test, setting)
+                      for kk, x in zip(r["k"], r[key]) if k in (None, kk)]
+
+
+def lowest_highest(read):
+    return lambda d: (min(read(d)), max(read(d)))
+
+
+def gap(optim, mix, arm, gamma):  # two_strategy.json: F minus gamma 0, mean [lo, hi]
+    return at(*(f"runs/{optim}/mixes/{mix}/{arm}/{gamma}/gap/{x}" for x in ("mean", "lo", "hi")))
+
+
+def every_two_strategy(part, mixes=("tie", "rare"), key="mean"):
+    return lambda d: [d["runs"][o]["mixes"][m][arm][g][part][key] for o in ("adamw", "sgd")
+                      for m in mixes for arm in ("sampled", "exact") for g in ("0.5", "1")]
+
+
+def m_ret(optim, n, gamma, what="m_ret"):
+    """A categorical run's mean and std over seeds at (N, gamma), as experiments/categorical.py's
+    table computes them."""
+    def read(d):
+        runs = [r[what] for r in d["runs"]
+                if r["optim"].startswith(optim + " ") and (r["n"], r["gamma"]) == (n, gamma)]
+        return statistics.fmean(runs), statistics.stdev(runs)
+    return read
+
+
+def m_ret_row(n):  # a row of why-focal.md's App. J table: lr 1e-2 then lr 1e-3, gamma 0 then 1
+    return Figure("docs/why-focal.md", f"| {n} |" + " {:.3f} +- {:.3f} |" * 4, (CAT_LR2, CAT_LR3),
+                  lambda *runs: tuple(x for d in runs for g in (0.0, 1.0)
+                                      for x in m_ret("adamw", n, g)(d)))
+
+
+def weights(table, gamma, p, ns):  # two_strategy.json's w_N / limit at each N
+    return at(*(f"derivation/{table}/{gamma}/{p}/{n}" for n in ns))
+
+
+def clip(kind, gamma, logit):  # two_strategy.json: a logit's expected update, unclipped, clipped
+    def read(d):
+        row = next(c for c in d["derivation"]["clip"] if (c["kind"], c["gamma"]) == (kind, gamma))
+        return row["unclipped"][logit], row["clipped"][logit]
+    return read
+
+
+def monte_carlo_z(d):  # the largest |Monte Carlo - prediction| / se over every check and logit
+    return max(abs(m - p) / s for c in d["derivation"]["checks"]
+               for m, p, s in zip(c["monte_carlo"], c["prediction"], c["se"]))
+
+
+def seen(*path):  # a see_it_happen result's rare/tie condition, at a path of keys and indices
+    def read(d):
+        d = d["summary"]["conditions"]["rare/tie"]
+        for key in path:
+            d = d[key]
+        return d
+    return read
+
+
+def seen_ci(*path):  # its paired summary at path: mean, lo, hi
+    return lambda d: tuple(seen(*path, x)(d) for x in ("mean", "lo", "hi"))
+
+
+def seen_row(k):  # README's See it happen row at k: base, N 8 on both seed sets, exact
+    return lambda a, b: (seen("base", f"pass@{k}", 0)(a),
+                         *seen_ci("frontier", "1/8", f"pass@{k}", "gap")(a),
+                         *seen_ci("frontier", "1/8", f"pass@{k}", "gap")(b),
+                         *seen_ci("frontier", "1/exact", f"pass@{k}", "gap")(a))
+
+
+def seen_focal_row(k):  # why-focal.md's table row at k: N 8, exact, N 8 minus exact
+    return lambda d: (*seen_ci("frontier", "1/8", f"pass@{k}", "gap")(d),
+                      *seen_ci("frontier", "1/exact", f"pass@{k}", "gap")(d),
+                      *seen_ci("n_minus_exact", "1", f"pass@{k}")(d))
+
+
+def tiny_pass256(d):  # table1_tiny.json: pass@256 (%) of the base model and every stable run
+    return [100 * r["mean"]["math_avg"]["256"] for name, r in d["runs"].items() if name != "cispo"]
+
+
+W8 = (2, 4, 8, 16, 64)
+FIGURES = [
+    # ------------------------------------------------ README.md: --compare's calibration
+    Figure("README.md", "p < 0.05 {:.1f}-{:.1f}% of the time (n 16 to 1,024, every k)",
+           CALIBRATION, lowest_highest(shares("permutation", "null"))),
+    Figure("README.md", "answer is found {:.0f}% of the time (n 1,024, k 1)", CALIBRATION,
+           lambda d: 100 * calibration(d, 1024, "permutation", "power")["measured"][0]),
+    Figure("README.md", "m = n/4) gives {:.1f}-{:.1f}% and {:.0f}%", CALIBRATION,
+           lambda d: (*lowest_highest(shares("subsampling", "null"))(d),
+                      100 * calibration(d, 1024, "subsampling", "power")["measured"][0])),
+    # ------------------------------------------------ docs/bench.md: make bench's table
+    Figure("docs/bench.md", "(AMD EPYC, {:.1f} GB), torch {}, in a fresh clone and virtual "
+           "environment at commit {}", BENCH, lambda d: (
+               d["machine"]["memory_gb"], d["machine"]["versions"]["torch"],
+               d["machine"]["commit"].split("+")[0])),
+    Figure("docs/bench.md", "| log-probs 4 x 1024, vocab 151,936: peak memory | {:,.0f} MB | "
+           "{:,.0f} MB | {:.3f} | {} | {} |", BENCH, bench_row(0)),
+    Figure("docs/bench.md", "| log-probs 4 x 1024: forward + backward time | {:.1f} s | {:.1f} s "
+           "| {:.2f} | {} | {} |", BENCH, bench_row(1)),
+    Figure("docs/bench.md", "| verify 200 x 256 against verl's reward called serially | {:,.0f} /s "
+           "| {:,.0f} /s | {:.2f} | {} | {} |", BENCH, bench_row(2)),
+    Figure("docs/bench.md", "| training step vs TRL GRPOTrainer: wall time | {:.3f} s/step | "
+           "{:.3f} s/step | {:.3f} | {} | {} |", BENCH, bench_row(3)),
+    Figure("docs/bench.md", "| training step vs TRL GRPOTrainer: peak memory | {:.1f} MB | "
+           "{:.1f} MB | {:.2f} | {} | {} |", BENCH, bench_row(4)),
+    Figure("docs/bench.md", "| rollout 32 x 8, demo model, 6 new tokens: vLLM vs generate() | "
+           "{:,.0f} tok/s | {:,.0f} tok/s | {:.3f} | {} | {} |", BENCH, bench_row(5)),
+    Figure("docs/bench.md", "| rollout 256 x 8, demo model, 6 new tokens | {:,.0f} tok/s | "
+           "{:,.0f} tok/s | {:.3f} | {} | {} |", BENCH, bench_row(6)),
+    Figure("docs/bench.md", "| rollout 8 x 8, random-init tiny, <= 256 new tokens | {:,.0f} tok/s "
+           "| {:,.0f} tok/s | {:.2f} | {} | {} |", BENCH, bench_row(7)),
+    Figure("docs/bench.md", "| rollout 32 x 8, random-init tiny, <= 256 new tokens | {:,.0f} "
+           "tok/s | {:,.0f} tok/s | {:.2f} | {} | {} |", BENCH, bench_row(8)),
+    Figure("docs/bench.md", "response-only logits | {:.1f} s | {:.1f} s | {:.3f} | {} | {} |",
+           BENCH, bench_row(9)),
+    Figure("docs/bench.md", "The table's commit is `{}` in `bench/results.json`", BENCH,
+           at("machine/commit")),
+    # ... and its rows' reading
+    Figure("docs/bench.md", "so {:,} of the {:,} (completion, gold) pairs are distinct", BENCH,
+           at("raw/verify/distinct_pairs", "raw/verify/completions")),
+    Figure("docs/bench.md", "The time ratio was 0.994 at commit 25a3776 and is {:.2f} at 561a9ef",
+           BENCH, at("rows/1/ratio")),
+    Figure("docs/bench.md", "On the demo's 6-token answers vLLM is about {:.1f}x slower", BENCH,
+           lambda d: 1 / d["rows"][5]["ratio"]),
+    Figure("docs/bench.md", "On the demo's 6-token answers vLLM is about {:.1f}x slower", BENCH,
+           lambda d: 1 / d["rows"][6]["ratio"]),
+    Figure("docs/bench.md", "it wins, {:.2f}x at 8 prompts x 8 and {:.1f}x at 32 x 8", BENCH,
+           at("rows/7/ratio", "rows/8/ratio")),
+    Figure("docs/bench.md", "{:.1%} of the forwards' positions are padding against {:.1%}", BENCH,
+           at("raw/lengths/fgrpo/0/pad_frac", "raw/lengths/plain/0/pad_frac")),
+    # ------------------------------------------------ docs/verification.md: verify's own run
+    Figure("docs/verification.md", "at commit {} on 2 idle Intel Xeon cores, one message per item "
+           "gave 1.45x of verl's serial reward and 16 a message {:.2f}x", VERIFY,
+           lambda d: (d["machine"]["commit"].split("+")[0], d["rows"][0]["ratio"])),
+    # ------------------------------------------------ docs/verified-where.md
+    Figure("docs/verified-where.md", "| {} of {} caught,", MUTATION, lambda d: (
+        sum(m["status"] == "caught" for m in d["mutants"]), len(d["mutants"]))),
+    Figure("docs/verified-where.md", "| {} of {} rows as expected", PARITY, lambda d: (
+        sum(r["equal"] == r["expect_equal"] for r in d["rows"]), len(d["rows"]))),
+    # ------------------------------------------------ docs/integrations.md: the parity table
+    Figure("docs/integrations.md", "norm_adv_by_std_in_grpo True | 0 | {:.3g} | {} |", PARITY,
+           parity(lambda r: r["quantity"] == "advantages" and r["peer"].startswith("verl"))),
+    Figure("docs/integrations.md", "| `group_advantages` | TRL's formula with its nanstd | "
+           "scale_rewards 'group' (std + 1e-4) | 0 | {:.3g} | {} |", PARITY,
+           parity(lambda r: r["quantity"] == "advantages" and r["peer"].startswith("TRL"))),
+    Figure("docs/integrations.md", "| `group_advantages(eps=1e-4)` | TRL's formula with its nanstd "
+           "| scale_rewards 'group' (std + 1e-4) | 0 | {:.3g} | {} |", PARITY,
+           parity(lambda r: r["quantity"] == "advantages, fgrpo eps=1e-4")),
+    Figure("docs/integrations.md", "clip_ratio_c 1e9 (dual clip off) | 0, 0.5, 1 | {:.3g} / {:.3g} "
+           "| {} |", PARITY, parity(lambda r: "1e9" in r["settings"])),
+    Figure("docs/integrations.md", "clip_ratio_c 3 (verl's default) | 0, 0.5, 1 | {:.3g} / {:.3g} "
+           "| {} |", PARITY, parity(lambda r: "dual_clip=3" in r["quantity"])),
+    Figure("docs/integrations.md", "| grpo, dapo | TRL `_compute_loss` | loss_type 'dapo', "
+           "epsilon/epsilon_high = `PAPER_EPS` | 0, 0.5, 1 | {:.3g} / {:.3g} | {} |", PARITY,
+           parity(lambda r: "loss_type 'dapo'" in r["settings"])),
+    Figure("docs/integrations.md", "clip_ratio_low 1.0, clip_ratio_high 5.0 | 0, 0.5, 1 | "
+           "{:.3g} / {:.3g} | {} |", PARITY,
+           parity(lambda r: r["settings"] == "clip_ratio_low 1.0, clip_ratio_high 5.0")),
+    Figure("docs/integrations.md", "loss_type 'cispo', epsilon_high 6.0 | 0, 0.5, 1 | {:.3g} / "
+           "{:.3g} | {} |", PARITY, parity(lambda r: r["settings"].endswith("epsilon_high 6.0"))),
+    Figure("docs/integrations.md", "clip_ratio_c left at 3 (dual clip on) | 0 | {:.3g} / {:.3g} | "
+           "{} |", PARITY, parity(lambda r: "left at 3" in r["settings"])),
+    Figure("docs/integrations.md", "loss_type 'grpo' (a mean per sequence) | 0 | {:.3g} / {:.3g} "
+           "| {} |", PARITY, parity(lambda r: "loss_type 'grpo'" in r["settings"])),
+    Figure("docs/integrations.md", "clip_ratio_low left at 0.2, clip_ratio_high 5.0 | 0 | {:.3g} / "
+           "{:.3g} | {} |", PARITY, parity(lambda r: "low left at 0.2" in r["settings"])),
+    Figure("docs/integrations.md", "epsilon_high 5.0 (TRL's documented value) | 0 | {:.3g} / "
+           "{:.3g} | {} |", PARITY, parity(lambda r: "documented" in r["settings"])),
+    Figure("docs/integrations.md", "epsilon_high unset (= epsilon, 0.2) | 0 | {:.3g} / {:.3g} | "
+           "{} |", PARITY, parity(lambda r: "unset" in r["settings"])),
+    # ------------------------------------------------ docs/eval.md: --compare's calibration
+    Figure("docs/eval.md", "at k = 1 it is {:.1%}, {:.1%}, {:.1%} and {:.1%} at n = 16, 64, 256 "
+           "and 1,024", CALIBRATION, lambda d: tuple(
+               r["exact_level_k1"] for r in d["results"] if "exact_level_k1" in r)),
+    Figure("docs/eval.md", "pass@k only asks whether a problem was ever solved, {:.0f} to {:.0f}% "
+           "(measured)", CALIBRATION, lambda d: lowest_highest(lambda d: [
+               100 * r["measured"][-1] for r in d["results"]
+               if (r["test"], r["setting"]) == ("permutation", "null")])(d)),
+    Figure("docs/eval.md", "(commit 0d38fc3; 145 s of CPU, {:,} s of wall clock (its `seconds`)",
+           CALIBRATION, at("seconds")),
+    Figure("docs/eval.md", "draws {:,} pairs of folders per row, {} problems at rates spaced "
+           "geometrically from {:g} to {:g}", CALIBRATION,
+           at("settings/repeats", "settings/problems", "settings/low", "settings/high")),
+    Figure("docs/eval.md", "runs --compare's own steps on each with {:,} redraws", CALIBRATION,
+           at("settings/iters")),
+    Figure("docs/eval.md", "B's odds of a right answer {:g}^sqrt(1024/n) times A's ({:g} at n = "
+           "1,024, {:.2f} at 16", CALIBRATION, lambda d: (
+               d["settings"]["odds"], d["settings"]["odds"], d["settings"]["odds"] ** 8)),
+    Figure("docs/eval.md", "finds the difference {:.0f} to {:.0f}% of the time at k = 1 (normal "
+           "theory, exact variances)", CALIBRATION,
+           lowest_highest(shares("permutation", "power", "predicted", k=1))),
+    Figure("docs/eval.md", "| 16 | permutation | equally good | {} | {} | {} | k = {}: {} |",
+           CALIBRATION, calibration_row(16, "permutation", "null", (1, 4, 16), True, False)),
+    Figure("docs/eval.md", "| 16 | permutation | B better | {} | {} | {} | k = {}: {} |",
+           CALIBRATION, calibration_row(16, "permutation", "power", (1, 4, 16), False, False)),
+    Figure("docs/eval.md", "| 16 | subsampling (4) | equally good | {} | {} | | k = {}: {} |",
+           CALIBRATION, calibration_row(16, "subsampling", "null", (1, 4), True, False)),
+    Figure("docs/eval.md", "| 16 | subsampling (4) | B better | {} | {} | | k = {}: {} |",
+           CALIBRATION, calibration_row(16, "subsampling", "power", (1, 4), False, False)),
+    *(Figure("docs/eval.md", f"| {n} | permutation | equally good | {{}} | {{}} | {{}} | "
+             "k = {}: {} |", CALIBRATION,
+             calibration_row(n, "permutation", "null", (1, 4, 16), True, True))
+      for n in (64, 256, 1024)),
+    *(Figure("docs/eval.md", f"| {n} | {test} | {setting} | {{}} | {{}} | {{}} | k = {{}}: {{}} |",
+             CALIBRATION, calibration_row(n, test.split()[0], key, (1, 4, 16), key == "null",
+                                          False))
+      for n, m in ((64, 16), (256, 64), (1024, 256))
+      for test, setting, key in (("permutation", "B better", "power"),
+                                 (f"subsampling ({m})", "equally good", "null"),
+                                 (f"subsampling ({m})", "B better", "power"))),
+    Figure("docs/eval.md", "Over every k, the permutation test's null shares lie between {:.1f}% "
+           "and {:.1f}%", CALIBRATION, lowest_highest(shares("permutation", "null"))),
+    Figure("docs/eval.md", "a calibrated test's count of 1,000 falls in {} to {} (95%)",
+           CALIBRATION, lambda d: tuple(calibration(d, 16, "permutation", "null")
+                                        ["calibrated_band95"])),
+    Figure("docs/eval.md", "and at k = 1 of n = 16, whose exact level is {:.1%}", CALIBRATION,
+           lambda d: calibration(d, 16, "permutation", "null")["exact_level_k1"]),
+    Figure("docs/eval.md", "({:.0f} to {:.0f}% at k = 1, {:.0f} to {:.0f}% at k = 4, {:.0f} to "
+           "{:.0f}% at k = 16)", CALIBRATION, lambda d: tuple(
+               x for k in (1, 4, 16)
+               for x in lowest_highest(shares("permutation", "power", "predicted", k))(d))),
+    Figure("docs/eval.md", "says p < 0.05 for equally good checkpoints {:.1f} to {:.1f}% of the "
+           "time and finds the difference {:.0f} to {:.0f}% of the time at k = 1 where the "
+           "permutation test finds it {:.0f} to {:.0f}%", CALIBRATION, lambda d: (
+               *lowest_highest(shares("subsampling", "null"))(d),
+               *lowest_highest(shares("subsampling", "power", k=1))(d),
+               *lowest_highest(shares("permutation", "power", k=1))(d))),
+    Figure("docs/eval.md", "({:.2f} times at k = m = 256 of n = 1,024", CALIBRATION,
+           lambda d: calibration(d, 1024, "subsampling", "null")["spread_factor"][-1]),
+    # ------------------------------------------------ docs/table1.md: the tiny campaign
+    Figure("docs/table1.md", "`k` [{}, {}], {}", TINY,
+           lambda d: (*d["k"], "a note" if d["note"] else "no note")),
+    Figure("docs/table1.md", "CISPO collapsed (pass@1 {:.1f}%, pass@256 {:.1f}%", TINY,
+           lambda d: (100 * d["runs"]["cispo"]["mean"]["math_avg"]["1"],
+                      100 * d["runs"]["cispo"]["mean"]["math_avg"]["256"])),
+    Figure("docs/table1.md", "pass@256 is {:.0f} to {:.0f}% for every stable run and for the base "
+           "model", TINY, lowest_highest(tiny_pass256)),
+    # ------------------------------------------------ docs/why-focal.md: two_strategy.json
+    Figure("docs/why-focal.md", "| 0 | 0.05 or 0.95 | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |",
+           TWO, weights("weight_ratio", 0, 0.05, W8)),
+    Figure("docs/why-focal.md", "| 0 | 0.05 or 0.95 | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |",
+           TWO, weights("weight_ratio", 0, 0.95, W8)),
+    Figure("docs/why-focal.md", "| 0 | 0.3 or 0.7 | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |",
+           TWO, weights("weight_ratio", 0, 0.3, W8)),
+    Figure("docs/why-focal.md", "| 0 | 0.3 or 0.7 | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |",
+           TWO, weights("weight_ratio", 0, 0.7, W8)),
+    Figure("docs/why-focal.md", "| 1 | 0.05 | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |", TWO,
+           weights("weight_ratio", 1, 0.05, W8)),
+    Figure("docs/why-focal.md", "| 1 | 0.95 | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |", TWO,
+           weights("weight_ratio", 1, 0.95, W8)),
+    *(Figure("docs/why-focal.md", "N = 8 halves the weight of nearly unsolved and nearly solved "
+             "prompts ({:.2f} at p 0.05 and at 0.95)", TWO, weights("weight_ratio", 0, p, [8]))
+      for p in (0.05, 0.95)),
+    Figure("docs/why-focal.md", "N 8 gives p 0.05 {:.2f} of its limit weight and p 0.95 {:.2f} "
+           "times it", TWO, lambda d: (*weights("weight_ratio", 1, 0.05, [8])(d),
+                                       *weights("weight_ratio", 1, 0.95, [8])(d))),
+    *(Figure("docs/why-focal.md", f"| {g} | {label} | " + " | ".join(["{:.3f}"] * 6) + " |", TWO,
+             weights("weight_ratio_no_std", g, p, (*W8, 1024)))
+      for g, p, label in ((0, 0.05, "any"), (1, 0.05, "0.05"), (1, 0.3, "0.3"), (1, 0.7, "0.7"),
+                          (1, 0.95, "0.95"))),
+    Figure("docs/why-focal.md", "({:.3f} times the limit at p 0.95)", TWO,
+           weights("weight_ratio_no_std", 1, 0.95, [8])),
+    Figure("docs/why-focal.md", "200,000 groups, within {:.1f} standard errors on every logit",
+           TWO, monte_carlo_z),
+    Figure("docs/why-focal.md", "Take the model's start (first {:g}, last {:g})", TWO,
+           at("config/init/0", "config/init/1")),
+    Figure("docs/why-focal.md", "raised the rare answer's ratio to {:.2f} (the others' to {:.3f})",
+           TWO, at("derivation/clip/0/ratios/1", "derivation/clip/0/ratios/0")),
+    Figure("docs/why-focal.md", "the rare logit's component falls from {:+.4f} without the clip to "
+           "{:+.4f} with it", TWO, clip("both", 1.0, 1)),
+    Figure("docs/why-focal.md", "On a \"rare\" problem at gamma 0 it falls from {:+.3f} to {:+.3f}",
+           TWO, clip("rare", 0.0, 1)),
+    Figure("docs/why-focal.md", "`python experiments/two_strategy.py` ({:.0f} minutes on 2 shared "
+           "cores, its results' `wall_s`)", TWO, lambda d: d["wall_s"] / 60),
+    *(Figure("docs/why-focal.md", f"| {optim} | " + " | ".join(["{:+.3f} [{:+.3f}, {:+.3f}]"] * 4)
+             + " |", TWO, lambda d, o=optim.lower(): tuple(
+                 x for g in ("0.5", "1") for arm in ("sampled", "exact")
+                 for x in gap(o, "tie", arm, g)(d)))
+      for optim in ("AdamW", "SGD")),
+    Figure("docs/why-focal.md", "N 8 minus exact is {:+.3f} to {:+.3f} with AdamW (intervals "
+           "holding 0) and {:+.3f} and {:+.3f} with SGD", TWO, at(
+               "runs/adamw/mixes/tie/difference/0.5/mean", "runs/adamw/mixes/tie/difference/1/mean",
+               "runs/sgd/mixes/tie/difference/0.5/mean", "runs/sgd/mixes/tie/difference/1/mean")),
+    Figure("docs/why-focal.md", "Every F arm reaches a slightly lower highest pass@1 ({:+.3f} to "
+           "{:+.3f})", TWO, lambda d: (max(every_two_strategy("ceiling")(d)),
+                                        min(every_two_strategy("ceiling")(d)))),
+    Figure("docs/why-focal.md", "rare mix: small gains ({:+.3f} to {:+.3f})", TWO,
+           lowest_highest(every_two_strategy("gap", ("rare",)))),
+    # ------------------------------------------------ docs/why-focal.md: the App. J simulation
+    Figure("docs/why-focal.md", "initial correct mass {:.3f})", CAT_LR2,
+           at("settings/initial_correct_mass")),
+    Figure("docs/why-focal.md", "# {:.0f} s + {:.0f} s, 2 busy cores", CAT_LR2,
+           at("settings/wall_s/adamw lr=0.01", "settings/wall_s/sgd lr=5000")),
+    Figure("docs/why-focal.md", "# {:.0f} s, 2 busy cores", CAT_LR3,
+           at("settings/wall_s/adamw lr=0.001")),
+    *(m_ret_row(n) for n in (2, 4, 8, 16, 32, 64, 128, 512, 1024, 131072)),
+    Figure("docs/why-focal.md", "AdamW runs: {:.3f} vs {:.3f} at lr 1e-2", CAT_LR2,
+           lambda d: (m_ret("adamw", 8, 1.0)(d)[0], m_ret("adamw", 8, 0.0)(d)[0])),
+    Figure("docs/why-focal.md", "and {:.3f} vs {:.3f} at lr 1e-3", CAT_LR3,
+           lambda d: (m_ret("adamw", 8, 1.0)(d)[0], m_ret("adamw", 8, 0.0)(d)[0])),
+    Figure("docs/why-focal.md", "(M_ret {:.3f} to {:.3f}), while total correct mass grows to "
+           "{:.3f} to {:.3f}", CAT_LR2, lambda d: (
+               *lowest_highest(lambda d: [m_ret("adamw", n, 0.0)(d)[0]
+                                          for n in d["settings"]["n"] if n >= 128])(d),
+               *lowest_highest(lambda d: [m_ret("adamw", n, 0.0, "correct_mass")(d)[0]
+                                          for n in d["settings"]["n"] if n >= 128])(d))),
+    Figure("docs/why-focal.md", "depend on the seed (std {:.1f} to {:.1f})", CAT_LR2,
+           lowest_highest(lambda d: [m_ret("adamw", n, g)(d)[1]
+                                     for n in (32, 64) for g in (0.0, 1.0)])),
+    Figure("docs/why-focal.md", "gamma = 1 is not better ({:.3f} vs {:.3f})", CAT_LR2,
+           lambda d: (m_ret("adamw", 64, 1.0)(d)[0], m_ret("adamw", 64, 0.0)(d)[0])),
+
+    # ------------------------------------------------ See it happen: the confirmation, seeds 0-9
+    *(Figure("README.md", f"| {k} | {{:.3f}} | " + " | ".join([CI3] * 3) + " |", (SEEN, SHAPED),
+             seen_row(k)) for k in (2, 8, 32, 64, 256)),
+    Figure("README.md", "| 16 (headline) | {:.3f} | " + " | ".join([CI3] * 3) + " |",
+           (SEEN, SHAPED), seen_row(16)),
+    Figure("README.md", "the rare strategy holds {:.0%} of the correct mass, pass@1 {:.2f}", SEEN,
+           lambda d: (seen("base", "rare share", 0)(d), seen("base", "pass@1", 0)(d))),
+    Figure("README.md", "on {:.0%} of the held-out prompts (median over seeds)", SEEN,
+           seen("arms", "dapo_g0_lr3e-05_n8", "rare lost")),
+    Figure("README.md", "on {:.0%} under DAPO and {:.0%} under F", SEEN,
+           lambda d: tuple(seen("frontier", "1/8", "rare lost", "medians_by_level", -1)(d))),
+    Figure("README.md", "pass@1 {:.3f} against {:.3f}", SEEN,
+           lambda d: tuple(reversed(seen("frontier", "1/8", "pass@1", "ceilings")(d)))),
+    *(Figure("docs/why-focal.md", f"| {k} | " + " | ".join([CI3] * 3) + " |", SEEN,
+             seen_focal_row(k)) for k in (2, 4, 8, 16, 32, 64, 128, 256)),
+    Figure("docs/why-focal.md", "is confirmed: " + CI3 + ", 10 of 10 seeds (seeds 0-9: {:+.3f})",
+           (SEEN, SHAPED), lambda a, b: (*seen_ci("frontier", "1/8", "pass@16", "gap")(a),
+                                         seen("frontier", "1/8", "pass@16", "gap", "mean")(b))),
+    Figure("docs/why-focal.md", "F reaches {:.3f} and DAPO {:.3f} (" + CI3, SEEN, lambda d: (
+        seen("ceilings", "means", "1/8", "pass@1")(d),
+        seen("ceilings", "means", "0/8", "pass@1")(d),
+        *seen_ci("ceilings", "1/8 minus base", "pass@1")(d))),
+    Figure("docs/why-focal.md", "reach pass@1 {:.3f}, F's {:.3f} (" + CI3, SEEN, lambda d: (
+        *seen("frontier", "1/8", "pass@1", "ceilings")(d),
+        *seen_ci("frontier", "1/8", "pass@1", "ceiling")(d))),
+    Figure("experiments/results/see_it_happen.md", "keeps more pass@16 than DAPO, {:+.4f} "
+           "[{:+.4f}, {:+.4f}], 10 of 10 seeds (exploration: {:+.4f})", (SEEN, SHAPED),
+           lambda a, b: (*seen_ci("frontier", "1/8", "pass@16", "gap")(a),
+                         seen("frontier", "1/8", "pass@16", "gap", "mean")(b))),
+]
+
+
+def _files(figure):
+    return figure.file if isinstance(figure.file, tuple) else (figure.file,)
+
+
+def figures_missing(figures, root=ROOT):
+    """Each figure whose words, formatted from its file as it is now, are not in its page (its
+    line breaks as spaces), as "page: the words (file)"."""
+    pages, files, missing = {}, {}, []
+    for figure in figures:
+        if figure.page not in pages:
+            pages[figure.page] = " ".join((root / figure.page).read_text().split())
+        for name in _files(figure):
+            if name not in files:
+                files[name] = json.loads((root / name).read_text())
+        values = figure.read(*(files[name] for name in _files(figure)))
+        said = " ".join(figure.text.format(*values if isinstance(values, tuple) else [values])
+                        .split())
+        if said not in pages[figure.page]:
+            missing.append(f"{figure.page}: {said!r} ({figure.file})")
+    return missing
+
+
+def test_the_docs_quote_each_figure_as_its_results_file_has_it():
+    assert all("{" in f.text for f in FIGURES)  # each entry holds a figure read from its file
+    missing = figures_missing(FIGURES)
+    assert not missing, "the text or the file changed:\n" + "\n".join(missing)
+
+
+def test_a_figure_changed_in_the_readme_a_page_or_a_results_file_fails(tmp_path):
+    def copy():  # the pages and the results files, as they are, into a fresh folder
+        root = tmp_path / f"copy{len(list(tmp_path.iterdir()))}"
+        for name in {f.page for f in FIGURES} | {n for f in FIGURES for n in _files(f)}:
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / name, root / name)
+        return root
+
+    def edit(root, name, old, new):
+        text = (root / name).read_text()
+        assert text.count(old) == 1, (name, old)
+        (root / name).write_text(text.replace(old, new))
+        return [line.split(": ")[0] for line in figures_missing(FIGURES, root)]
+
+    assert figures_missing(FIGURES, copy()) == []
+    assert edit(copy(), "README.md", "found 82% of the time", "found 83% of the time") == \
+        ["README.md"]
+    assert edit(copy(), "docs/bench.md", "| 0.802 |", "| 0.803 |") == ["docs/bench.md"]
+    root = copy()  # and a results file: the eps=1e-4 row's difference doubled
+    parity_json = json.loads((root / PARITY).read_text())
+    parity_json["rows"][2]["value_diff"] *= 2
+    (root / PARITY).write_text(json.dumps(parity_json))
+    assert [m.split(": ")[0] for m in figures_missing(FIGURES, root)] == ["docs/integrations.md"]
+
+
+# ---------------------------------------------------------------- times measured by hand
+MEASURED = re.compile(r"\b\d[\d,.]*\s?(?:s|ms|min|minutes|CPU-min)\b")  # a time ...
+ON_CORES = re.compile(r"\b\d+ (?:\w+ ){0,2}cores\b")  # ... on some of this project's cores
+WHERE_AND_WHEN = re.compile(r"\b(?:commit|at) [0-9a-f]{7}\b|\.json\b|`seconds`|`wall_s`")
+
+
+def _undated_times(paths):
+    """Every paragraph (fenced code left out) that states a time measured on N cores without a
+    commit or a results file in it, in a table before it, or in its section's heading, as
+    "page: its first words"."""
+    found = []
+    for path in paths:
+        text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+        blocks, heading = re.split(r"\n\s*\n", text), ""
+        for i, block in enumerate(blocks):
+            heading = block if block.startswith("#") else heading
+            context = " ".join([heading, block, blocks[i - 1] if block.startswith("|") else ""])
+            if MEASURED.search(block) and ON_CORES.search(context) \
+                    and not WHERE_AND_WHEN.search(context):
+                found.append(f"{path.name}: {' '.join(block.split())[:70]}")
+    return found
+
+
+def test_a_time_measured_by_hand_says_where_and_when(tmp_path):
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    assert not _undated_times(pages), "\n".join(_undated_times(pages))
+    bad = tmp_path / "bad.md"  # and it finds one, not a dated one nor an estimate
+    bad.write_text("## A\n\nIt took 12 s on 2 idle cores.\n\nIt took 12 s on 2 cores at commit "
+                   "abc1234.\n\nAbout 4 minutes a step on 8 GPUs.\n\n| a | 3 s |\n")
+    assert _undated_times([bad]) == ["bad.md: It took 12 s on 2 idle cores."]
