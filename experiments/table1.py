@@ -634,7 +634,7 @@ def main(argv=None):
 
 def stop(running):
     """SIGTERM: passed on to the running stage, whose exit then ends the campaign (fgrpo.py saves
-    if due or within its --grace); between stages, or while the tiny base is saved, the campaign ends now."""
+    if due or within its --grace); between stages, or while the tiny base is saved, it ends now."""
     if not running:
         sys.exit("stopped by SIGTERM; run the same command again to continue")
     running[-1].send_signal(signal.SIGTERM)
