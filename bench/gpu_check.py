@@ -273,9 +273,9 @@ def bf16_peak(name):  # (the GPU's bf16 dense peak in FLOP/s, the BF16_PEAK entr
 
 
 def train_args(prompts):
-    """fgrpo's flags as the train part sets them: 4 optimiser steps a call where the ranks allow,
-    each at least one prompt a rank (train_step's share: mini_batch // WORLD prompts)."""
-    return SimpleNamespace(mini_batch=max(fgrpo.WORLD, prompts // 4), n=8, micro_batch=4,
+    """fgrpo's flags as the train part sets them: 4 optimiser steps a call at any world size. Each
+    rank trains on all `prompts` (its share), mini_batch // WORLD of them an optimiser step."""
+    return SimpleNamespace(mini_batch=fgrpo.WORLD * max(1, prompts // 4), n=8, micro_batch=4,
                            temperature=1.0, algo="dapo", eps_low=0.2, eps_high=0.28,
                            dual_clip=None, grad_clip=1.0)
 

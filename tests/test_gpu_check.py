@@ -569,8 +569,9 @@ def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_
 def test_gpu_check_sizes_are_valid_at_one_to_eight_gpus(monkeypatch):
     # every engine and batch size the check sets, at world sizes 1 to 8: the rollout part's
     # engine holds a rank's samples (start_vllm's max_num_seqs, prompts // WORLD * n, at least
-    # 1: vLLM refuses 0), the train part gives each rank a prompt an optimiser step, and the
-    # loop's flags pass fgrpo's own checks (prompts into mini-batches, those into the ranks)
+    # 1: vLLM refuses 0), the train part's call makes 4 optimiser steps on each rank (as it
+    # says, and the paper), and the loop's flags pass fgrpo's own checks (prompts into
+    # mini-batches, those into the ranks)
     gpu_check = _gpu_check()
     for world in range(1, 9):
         monkeypatch.setattr(fgrpo, "WORLD", world)
@@ -579,7 +580,10 @@ def test_gpu_check_sizes_are_valid_at_one_to_eight_gpus(monkeypatch):
             args = gpu_check.rollout_args(prompts, n, max_new)
             assert args.prompts // world * args.n == prompts * n >= 1, world
             args = gpu_check.train_args(size["prompts"])
-            assert args.mini_batch // world * args.n >= 1 and args.mini_batch >= world
+            per_step = args.mini_batch // world * args.n  # train_step's, a rank
+            lengths = [16] * size["prompts"] * args.n  # a rank's batch: every prompt, n each
+            steps = fgrpo.micro_batches(lengths, per_step, args.micro_batch)
+            assert len(steps) == 4 and args.mini_batch % world == 0, world
         for rollout in ("vllm", "hf"):
             flags = gpu_check.loop_flags({"ranks": world, "rollout": rollout}, 6)
             args = fgrpo.parse_args(flags)  # exits on a size fgrpo refuses
