@@ -154,8 +154,7 @@ def descendants(pid):
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, IndexError, ValueError):
             parent_of[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-    below = []
-    level = [pid]
+    below, level = [], [pid]
     while level:
         level = [child for child, parent in parent_of.items() if parent in level]
         below += level
@@ -163,11 +162,12 @@ def descendants(pid):
 
 
 def kill_children():
-    """The loop's processes that still run, with every process below them."""
-    doomed = [p for proc in CHILDREN for p in [proc.pid, *descendants(proc.pid)]]
-    for pid in doomed:
+    """The loop's processes that still run (an exited one's pid may be reused), all below them."""
+    running = [proc.pid for proc in CHILDREN if proc.poll() is None]
+    for pid in [p for pid in running for p in [pid, *descendants(pid)]]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+    CHILDREN.clear()
 
 
 # ------------------------------------------------------------------------ setup, train
@@ -712,7 +712,8 @@ def sigterm_after(proc, work, name, step, steps):
                                f"{steps}: ...{(work / f'{name}.log').read_text()[-1500:]}")
         time.sleep(0.05)
     for pid in [proc.pid, *descendants(proc.pid)]:
-        os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # one that exited meanwhile
+            os.kill(pid, signal.SIGTERM)
     return proc
 
 
@@ -773,8 +774,7 @@ def metric_difference(a, b):
 
 def weight_difference(path_a, path_b):
     """The largest |difference| of a weight between two safetensors files: abs, tensor name."""
-    a = load_file(path_a)
-    b = load_file(path_b)
+    a, b = load_file(path_a), load_file(path_b)
     worst = {"abs": 0.0, "name": None}
     for k in sorted(a):
         diff = (a[k].double() - b[k].double()).abs().max().item()
