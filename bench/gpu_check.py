@@ -135,7 +135,8 @@ class TimePlan:
         signal.setitimer(signal.ITIMER_REAL, 0)
         self.part = None
 
-    def alarm(self, *_):
+    def alarm(self, *_):  # the part's name first: its teardown (a shutdown, a kill) may hang
+        print(f"[{self.part}] past its mark on rank {fgrpo.RANK}, stopping it", flush=True)
         raise OutOfTime(f"ran out of time: its share is {self.shares[self.part]:.4g} s, its mark "
                         f"{self.marks[self.part]:.4g} s from the start")
 
@@ -177,13 +178,12 @@ def sync(device):
 
 
 def peak_mb(device, reset=False):
-    """Peak allocated GPU memory since the last reset, in MB (None on a CPU)."""
+    """Peak allocated GPU memory since the last reset (`reset`: now), in MB (None on a CPU)."""
     if device.type != "cuda":
         return None
     if reset:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        return None
     return torch.cuda.max_memory_allocated() / 2**20
 
 

@@ -354,10 +354,11 @@ def test_gpu_check_stops_a_part_at_its_mark_and_ends_a_stuck_one_with_the_check(
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 1 and "never here" not in out.stdout, out.stderr[-3000:]
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("[slow] FAILED on rank 0 in ")
-    assert "OutOfTime: ran out of time: its share is 0.5 s, its mark 0.5 s" in lines[0]
-    assert lines[1].startswith("[next] ok in ")
-    assert lines[2] == "[stuck] FAILED on rank 0: stuck past its mark; the check ends here"
+    assert lines[0] == "[slow] past its mark on rank 0, stopping it"  # before any teardown
+    assert lines[1].startswith("[slow] FAILED on rank 0 in ")
+    assert "OutOfTime: ran out of time: its share is 0.5 s, its mark 0.5 s" in lines[1]
+    assert lines[2].startswith("[next] ok in ")
+    assert lines[3] == "[stuck] FAILED on rank 0: stuck past its mark; the check ends here"
     r = json.loads((tmp_path / "results.json").read_text())
     assert r["checks"] == {"slow": False, "next": True, "stuck": False}
     assert r["next"] == {"ran": 1} and r["stuck"] == {"error": "stuck past its mark"}
