@@ -846,8 +846,6 @@ def judge_engine(work, out):
 
 def said(difference):
     """A difference as the verdict names it: its size and where it is largest."""
-    if difference is None:
-        return "not measured"
     if not difference["abs"]:
         return "0"
     where = difference.get("name") or f"{difference['metric']} at step {difference['step']}"
@@ -918,17 +916,17 @@ def run_parts(parts, plan, report):
 class Report:
     """The results, which rank 0 writes to --out after every part. At the end every rank's verdict
     reaches them through a file in the shared work folder (a collective could hang where a rank
-    failed), and no rank exits before rank 0 wrote them: torchrun ends all once one fails."""
+    failed), named for this check (its start, else torchrun's run id and agent: not an earlier
+    check's), and no rank exits before rank 0 wrote them: torchrun ends all once one fails."""
 
     def __init__(self, out, work, results):
         self.out = Path(out)
         self.work = work
         self.results = results
-        self.mine = work / f"verdict_rank{fgrpo.RANK}.json"
-        self.written = work / "verdicts_written"
-        self.mine.unlink(missing_ok=True)  # an earlier check's
-        if fgrpo.RANK == 0:
-            self.written.unlink(missing_ok=True)
+        self.check = os.environ.get("GPU_CHECK_START") or \
+            f"{os.environ.get('TORCHELASTIC_RUN_ID')}_{os.getppid()}"
+        self.mine = work / f"verdict_{self.check}_rank{fgrpo.RANK}.json"
+        self.written = work / f"verdicts_written_{self.check}"
 
     def write(self):
         if fgrpo.RANK == 0:
@@ -940,7 +938,7 @@ class Report:
         checks = self.results.get("checks", {})
         failed = {part: self.results.get(part) for part, ok in checks.items() if not ok}
         write_atomic(self.mine, {"checks": checks, **failed})
-        files = [self.work / f"verdict_rank{r}.json" for r in range(fgrpo.WORLD)]
+        files = [self.work / f"verdict_{self.check}_rank{r}.json" for r in range(fgrpo.WORLD)]
         if fgrpo.RANK == 0:
             wait_until(lambda: all(f.exists() for f in files), wait_s)
             self.results["ranks"] = {r: json.loads(f.read_text()) if f.exists() else
@@ -1119,9 +1117,10 @@ def main(argv=None):
     run_parts(build_parts(a, state, work, plan, results), plan, report)
     kill_children()
     report.gather(max(0.0, plan.left(list(plan.shares)[-1])) + GRACE_S + 30)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the verdicts are written: no more to report
     if fgrpo.RANK == 0:
         print(f"written to {a.out}")
-    return 0 if report.passed() else 1
+    return 0 if fgrpo.RANK or report.passed() else 1  # rank 0's status covers every rank
 
 
 if __name__ == "__main__":

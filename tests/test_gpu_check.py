@@ -618,6 +618,24 @@ def test_gpu_check_kills_what_the_loop_started_and_what_that_started(tmp_path):
         f"/proc/{below}/status").read_text()
 
 
+def test_gpu_check_takes_no_verdict_an_earlier_check_left_in_its_work_folder(tmp_path,
+                                                                               monkeypatch):
+    # --work reused: an earlier check's rank 1 left its verdict there. This check's rank 0 must
+    # not take it for this check's rank 1, which here ended without one
+    gpu_check = _gpu_check()
+    monkeypatch.setattr(fgrpo, "WORLD", 2)
+    monkeypatch.setattr(fgrpo, "RANK", 1)
+    monkeypatch.setenv("GPU_CHECK_START", "100.5")  # the earlier check's start
+    gpu_check.Report(tmp_path / "r.json", tmp_path, {"checks": {"loop": True}}).gather(0.2)
+    monkeypatch.setattr(fgrpo, "RANK", 0)
+    monkeypatch.setenv("GPU_CHECK_START", "200.5")
+    report = gpu_check.Report(tmp_path / "r.json", tmp_path, {"checks": {"loop": True}})
+    report.gather(0.2)
+    assert report.results["ranks"][0] == {"checks": {"loop": True}}
+    assert report.results["ranks"][1] == {"error": "no verdict: the rank ended without one"}
+    assert not report.passed() and json.loads((tmp_path / "r.json").read_text())["ranks"]["1"]
+
+
 RANKS_HARNESS = r"""
 import os, sys
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
@@ -650,6 +668,7 @@ def test_gpu_check_reports_every_ranks_verdict_and_leaves_no_process_behind(tmp_
     assert r["ranks"]["1"] == {"checks": {"loop": False},
                                "loop": {"error": "RuntimeError: planted on rank 1"}}
     assert "[loop] FAILED on rank 1" in out.stdout + out.stderr
+    assert "between parts" not in out.stdout + out.stderr  # rank 1 exited 0: no SIGTERM to 0
     left = Path(f"/proc/{int((tmp_path / 'left.pid').read_text())}/status")
     assert not left.exists() or "zombie" in left.read_text()
 
