@@ -78,14 +78,13 @@ TORCHRUN_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_
 # (docs/bench.md; the first's includes the imports and the process group's set-up). Where vLLM is
 # installed, its starts add VLLM_START_S to the rollout part's (the 0.5B model's engine) and
 # VLLM_LOOP_S to the loop's (three engines of the tiny model a rank, one after the other): guesses,
-# UNMEASURED, as no vLLM has started on a GPU here (import, torch.compile, CUDA-graph capture).
+# unmeasured, as no vLLM has started on a GPU here (import, torch.compile, CUDA-graph capture).
 PLAN_S = {"setup": 60, "train": 60, "rollout": 90, "loop": 330}
 VLLM_START_S = 180
 VLLM_LOOP_S = 300
-UNMEASURED = "vLLM's start on a GPU: VLLM_START_S and VLLM_LOOP_S are guesses"
 GRACE_S = 20  # how long past its mark a part that no signal stops may run before all is ended
 STUCK = "still running {:g} s past its mark (a CUDA call, a collective, the group's set-up?)"
-ENGINE_LEFT_GIB = 2.0  # what vLLM may keep after its shutdown (at --vllm-mem 0.3 it held 42 GiB)
+ENGINE_LEFT_GIB = 2.0  # what vLLM may keep after shutdown, of the 0.3 x 140 GiB it takes on an H200
 CHILDREN = []  # the loop's processes: killed, with every process below them, whatever fails
 
 
@@ -581,11 +580,8 @@ def deterministic_mode():
     torch.backends.cuda.enable_flash_sdp(False)
     torch.backends.cuda.enable_mem_efficient_sdp(False)
     torch.backends.cuda.enable_cudnn_sdp(False)
-    enabled = {"flash": torch.backends.cuda.flash_sdp_enabled(),
-               "memory-efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
-               "cuDNN": torch.backends.cuda.cudnn_sdp_enabled(),
-               "math": torch.backends.cuda.math_sdp_enabled()}
-    return [name for name, on in enabled.items() if on]
+    backends = ("flash", "mem_efficient", "cudnn", "math")
+    return [name for name in backends if getattr(torch.backends.cuda, f"{name}_sdp_enabled")()]
 
 
 # fgrpo.train under torchrun, a rank per GPU (two gloo ranks on a CPU), with recording_hooks
@@ -836,6 +832,9 @@ def judge_engine(work, out):
     to the trainer's (recording_hooks); their count, and the first row that is not."""
     rows = [row for run in ("straight", "resumed") for ranks in loop_rows(work / run).values()
             for row in ranks]
+    warned = {run: len(re.findall(r"pid=\d+\) WARNING ", (work / f"{run}.log").read_text()))
+              for run in ("straight", "resumed")}  # vLLM's warning lines, which no check reads
+    out["vllm_warning_lines"] = ", ".join(f"{run}.log {n}" for run, n in warned.items())
     read = [row for row in rows if "engine_equal" in row]
     bad = [row for row in read if not engine_agrees(row, out["device"] == "cuda")]
     out["engine_read_back"] = f"{len(read) - len(bad)}/{len(read)} steps x ranks equal"
@@ -1105,7 +1104,9 @@ def main(argv=None):
     work.mkdir(parents=True, exist_ok=True)
     results = {"device": a.device, "small": a.small, "torch": torch.__version__,
                "gpus": torch.cuda.device_count(), "world": fgrpo.WORLD, "vllm": vllm_installed(),
-               "loop": loop_config(a), "unmeasured": UNMEASURED}
+               "loop": loop_config(a)}
+    if results["vllm"]:  # the plan then holds vLLM's starts
+        results["unmeasured"] = "vLLM's start on a GPU: VLLM_START_S and VLLM_LOOP_S are guesses"
     report = Report(a.out, work, results)
     state = {}  # the device, from set_up; the model, built by setup, let go of by the loop
     imports_s = seconds_since_start()  # the imports, math-verify's too: in the first part's time

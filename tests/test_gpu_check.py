@@ -58,6 +58,10 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     if vllm:  # every step, both ranks: the engine's norms, embeddings, biases read back equal
         assert r["loop"]["engine_read_back"] == "24/24 steps x ranks equal"
         assert all(x["engine_equal"] == "8/16" and len(x["engine_unreadable"]) == 8 for x in rows)
+    assert ("unmeasured" in r) == vllm  # the plan's guesses, where it holds them
+    warned = r["loop"]["vllm_warning_lines"]  # counted in each run's log, for a look at them
+    assert re.fullmatch(r"straight\.log \d+, resumed\.log \d+", warned), warned
+    assert vllm or warned == "straight.log 0, resumed.log 0"
     log = (work / "resumed.log").read_text()
     stopped = int(re.search(r"stopped by SIGTERM after step (\d+);", log).group(1))
     assert 3 <= stopped < 6 and r["loop"]["stopped_after"] == stopped
