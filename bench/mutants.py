@@ -1,6 +1,6 @@
 """Planted bugs for `make mutation` (bench/mutation.py): each one exact edit of fgrpo.py, eval.py,
-an integrations/ or experiments/ file that a plausible slip would make, and that `make test` must
-catch.
+a bench/, integrations/ or experiments/ file that a plausible slip would make, and that `make test`
+must catch.
 
 Grow this list whenever a bug is found that the suite missed: add the bug here, see it survive,
 then add the test that catches it. A refactor that changes a line listed here must update the
@@ -328,6 +328,14 @@ MUTANTS = [
         "(signal.SIGTERM, signal.SIG_IGN)",
         "(signal.SIGTERM, signal.SIG_DFL)",
         "a preemption's SIGTERM kills the verify workers: the step and its save are lost"),
+    bug("verify_workers_deaf_to_terminate", "fgrpo.py",
+        "        def terminate(self):\n            self.kill()",
+        "        def terminate(self):\n            super().terminate()",
+        "Pool.terminate() sends SIGTERM to workers deaf to it: after a hang, it waits for ever"),
+    bug("sync_weights_hears_only_qwens_rotary", "fgrpo.py",
+        "not s.endswith(VLLM_SYNC_NOTE)",
+        "s != VLLM_SYNC_NOTE",
+        "Llama-3.2's rotary (Llama3RotaryEmbedding) reads as an unloaded weight: its sync raises"),
     bug("sync_weights_deaf_to_vllm", "fgrpo.py",
         "    if unloaded:  # it would sample on with the stale weights",
         "    if unloaded and False:  # it would sample on with the stale weights",

@@ -4,7 +4,7 @@
     python bench/mutation.py --only gamma    # those whose name contains "gamma"
     python bench/mutation.py --list          # the planted bugs, without running anything
 
-A planted bug is one exact edit of fgrpo.py, eval.py, integrations/ or experiments/
+A planted bug is one exact edit of fgrpo.py, eval.py, bench/, integrations/ or experiments/
 (bench/mutants.py says which and why it is plausible). For each, the tracked files are copied to
 a scratch folder, the edit is made there, and `pytest -x -m "not slow"` runs in it: `make test`'s
 fast suite, which leaves out the slow tests (whole runs, vLLM engines, torchrun: pytest.ini). The
