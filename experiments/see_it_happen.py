@@ -759,6 +759,12 @@ def write_results(result, traj, args):
     print(f"results: {args.out / args.name}.json, .md, .png, _mechanism.png", flush=True)
 
 
+def config_of(args):
+    """The settings for a results file; folders in the repository relative to it (no machine's)."""
+    return {k: str(v.resolve().relative_to(ROOT) if v.resolve().is_relative_to(ROOT) else v)
+            if isinstance(v, Path) else v for k, v in vars(args).items()}
+
+
 def report_only(args):
     """The summary, tables and figures again from a finished run's JSON, with its settings."""
     source = args.out / f"{args.name}.json"
@@ -766,7 +772,7 @@ def report_only(args):
         sys.exit(f"--report-only: no {source} (--out names the folder of a finished run)")
     saved = json.loads(source.read_text())
     ran = argparse.Namespace(**{**vars(parse_args([])), **saved["config"], "out": args.out,
-                                "work": Path(saved["config"]["work"]), "name": args.name})
+                                "work": ROOT / saved["config"]["work"], "name": args.name})
     saved["summary"], traj = summarise(saved["seeds"], ran)
     write_results(saved, traj, ran)
     return saved
@@ -790,8 +796,7 @@ def main(argv=None):
     now = os.times()
     spent = sum(now[i] - cpu[i] for i in range(4))  # this process and its workers, user + system
     times = {"wall_s": time.time() - t0, "cpu_s": spent, "load": [load, os.getloadavg()[0]]}
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    result = {"config": config, "heldout": heldout, "seeds": seeds, "summary": summary,
+    result = {"config": config_of(args), "heldout": heldout, "seeds": seeds, "summary": summary,
               "times": times}
     write_results(result, traj, args)
     return result

@@ -552,9 +552,8 @@ def main(argv=None):
         runs[optim], trajs[optim] = run_optimiser(args, optim)
     res = {"derivation": derivation(args), "runs": runs}
     wall = time.time() - t0
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     args.out.mkdir(parents=True, exist_ok=True)
-    saved = {"config": config, **res, "wall_s": wall}
+    saved = {"config": see.config_of(args), **res, "wall_s": wall}
     (args.out / f"{args.name}.json").write_text(json.dumps(saved))
     (args.out / f"{args.name}.md").write_text(markdown(res, args, wall))
     plot(trajs, args, args.out / f"{args.name}.png")
