@@ -401,6 +401,32 @@ def seen_focal_row(k):  # why-focal.md's table row at k: N 8, exact, N 8 minus e
                       *seen_ci("n_minus_exact", "1", f"pass@{k}")(d))
 
 
+SEEN_KS = (2, 4, 8, 16, 32, 64, 128, 256)  # the k past 1 of every see_it_happen result
+WORDS = ("none", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def seen_ks(keep, *path):  # the first and last k whose paired summaries at path/pass@k keep holds
+    def read(d):
+        ks = [k for k in SEEN_KS if keep(seen(*path, f"pass@{k}")(d))]
+        assert ks == [k for k in SEEN_KS if ks[0] <= k <= ks[-1]], ks  # a range: "k A to B"
+        return ks[0], ks[-1]
+    return read
+
+
+def seen_arms(key, *arms):  # the value at key of each arm of the summary's "Every arm" table
+    return lambda d: [seen("arms", arm, key)(d) for arm in arms]
+
+
+def seen_above(d):  # why-focal.md: where F at N 8 is above DAPO, on seeds and on levels
+    n = seen("frontier", "1/8", "pass@16", "gap", "n")(d)
+    by_k = {k: seen("frontier", "1/8", f"pass@{k}")(d) for k in SEEN_KS}
+    return (*seen_ks(lambda c: c["gap"]["lo"] > 0, "frontier", "1/8")(d), n, n,
+            *seen_ks(lambda c: c["gap"]["positive"] == n, "frontier", "1/8")(d),
+            *sorted(sorted(SEEN_KS, key=lambda k: -by_k[k]["gap"]["mean"])[:2]),
+            *seen_ks(lambda c: all(s["lo"] > 0 for s in c["by_level"]), "frontier", "1/8")(d),
+            WORDS[sum(s["lo"] <= 0 for s in by_k[64]["by_level"])])
+
+
 def tiny_pass256(d):  # table1_tiny.json: pass@256 (%) of the base model and every stable run
     return [100 * r["mean"]["math_avg"]["256"] for name, r in d["runs"].items() if name != "cispo"]
 
@@ -661,9 +687,90 @@ FIGURES = [
         seen("ceilings", "means", "1/8", "pass@1")(d),
         seen("ceilings", "means", "0/8", "pass@1")(d),
         *seen_ci("ceilings", "1/8 minus base", "pass@1")(d))),
-    Figure("docs/why-focal.md", "reach pass@1 {:.3f}, F's {:.3f} (" + CI3, SEEN, lambda d: (
+    Figure("docs/why-focal.md", "reach pass@1 {:.3f}, F's {:.3f} (" + CI3 + ", {} of {} seeds "
+           "above)", SEEN, lambda d: (
         *seen("frontier", "1/8", "pass@1", "ceilings")(d),
-        *seen_ci("frontier", "1/8", "pass@1", "ceiling")(d))),
+        *seen_ci("frontier", "1/8", "pass@1", "ceiling")(d),
+        seen("frontier", "1/8", "pass@1", "ceiling", "positive")(d),
+        seen("frontier", "1/8", "pass@1", "ceiling", "n")(d))),
+    # ------------------------------------------------ why-focal.md section 6, the rest
+    Figure("docs/why-focal.md", "it copies the first digit with mass {:.2f} and the last", SEEN,
+           lambda d: statistics.fmean(statistics.fmean(s["base"]["rare/tie"]["first"])
+                                      for s in d["seeds"])),  # the summary's base has no first
+    Figure("docs/why-focal.md", "with {:.3f} ± {:.3f} on the confirmation seeds, {:.1f} times a "
+           "wrong digit's; pass@1 {:.3f}", SEEN, lambda d: (
+               *seen("base", "rare mass")(d), seen("base", "rare ratio", 0)(d),
+               seen("base", "pass@1", 0)(d))),
+    Figure("docs/why-focal.md", "at p = {:.3f} it is solved at k 256", SEEN,
+           seen("base", "rare mass", 0)),
+    Figure("docs/why-focal.md", "The base model's pass@k is {:.2f} at k 2, {:.2f} at 16, {:.2f} "
+           "at 32, {:.2f} at 64, {:.3f} at 128 and {:.3f} at 256", SEEN,
+           lambda d: tuple(seen("base", f"pass@{k}", 0)(d) for k in (2, 16, 32, 64, 128, 256))),
+    Figure("docs/why-focal.md", "(the largest k whose base pass@k is at most {:g}), is {}.", SEEN,
+           lambda d: (seen("constants", "headline_max")(d), seen("headline_k")(d))),
+    Figure("docs/why-focal.md", "(N 8: pass@1 {:.3f} to {:.3f}; exact: {:.3f} to {:.3f}), mean "
+           "[95% t interval] over the {} confirmation seeds", SEEN, lambda d: (
+               *(seen("frontier", n, "pass@1", "level_pass@1", j)(d)
+                 for n in ("1/8", "1/exact") for j in (0, -1)),
+               seen("frontier", "1/8", "pass@16", "gap", "n")(d))),
+    Figure("docs/why-focal.md", "**F at N 8 is above DAPO at k {} to {}** ({} of {} seeds at k {} "
+           "to {}), most at k {} and {}; at every level for k {} to {}, while at k 64 the "
+           "interval holds 0 at {} level of ten", SEEN, seen_above),
+    Figure("docs/why-focal.md", "about two thirds of its mean over levels (k 16: {:+.3f})", SEEN,
+           seen("frontier", "1/8", "pass@16", "by_level", -1, "mean")),
+    Figure("docs/why-focal.md", "There the base is at {:.3f} and {:.3f}", SEEN,
+           lambda d: (seen("base", "pass@128", 0)(d), seen("base", "pass@256", 0)(d))),
+    Figure("docs/why-focal.md", "pass@1 rises from {:.3f} to {:.3f}, and at the end the rare "
+           "strategy's share of the correct mass is {:.3f}", SEEN, lambda d: (
+               seen("base", "pass@1", 0)(d),
+               *at("pass@1", "rare share")(seen("arms", "dapo_g0_lr3e-05_n8")(d)))),
+    Figure("docs/why-focal.md", "F at the same lr: pass@1 {:.3f}, share {:.3f}, lost on {:.0%}",
+           SEEN, lambda d: at("pass@1", "rare share", "rare lost")(
+               seen("arms", "dapo_g1_lr3e-05_n8")(d))),
+    Figure("docs/why-focal.md", "go from {:.2f} (DAPO) and {:.2f} (F) at the first level to {:.2f} "
+           "and {:.2f} at the top; F minus DAPO, paired, is " + CI3, SEEN, lambda d: (
+               *seen("frontier", "1/8", "rare lost", "medians_by_level", 0)(d),
+               *seen("frontier", "1/8", "rare lost", "medians_by_level", -1)(d),
+               *seen_ci("frontier", "1/8", "rare lost", "gap")(d))),
+    Figure("docs/why-focal.md", "({:+.2f} [{:+.2f}, {:+.2f}]; the medians meet at the top level, "
+           "{} each)", SEEN, lambda d: (  # one figure where both medians round alike
+               *seen_ci("frontier", "1/8", "rare share", "gap")(d), " and ".join(sorted(
+                   {f"{v:.3f}" for v in
+                    seen("frontier", "1/8", "rare share", "medians_by_level", -1)(d)})))),
+    Figure("docs/why-focal.md", "over the same levels ({:+.2f} to {:+.2f} at k 2 to 32)", SEEN,
+           lambda d: (lambda v: (max(v), min(v)))(
+               [seen("n_minus_exact", "1", f"pass@{k}", "mean")(d) for k in (2, 4, 8, 16, 32)])),
+    Figure("docs/why-focal.md", "(lr 3e-5: share {:.3f}, lost on {} prompt at step 96", SEEN,
+           lambda d: (lambda share, lost: (share, "every" if lost == 1 else f"{lost:.0%} of the"))(
+               *at("rare share", "rare lost")(seen("arms", "dapo_g0_lr3e-05_exact")(d)))),
+    Figure("docs/why-focal.md", "(share {:.2f} to {:.2f} at lr 1e-4 to 3e-4)", SEEN,
+           lowest_highest(seen_arms("rare share", *(f"dapo_g1_lr{lr}_exact"
+                                                     for lr in ("0.0001", "0.0002", "0.0003"))))),
+    Figure("docs/why-focal.md", "above DAPO's exact update at k {} to {} (k 16: " + CI3 + ")", SEEN,
+           lambda d: (*seen_ks(lambda c: c["gap"]["lo"] > 0, "versus_exact", "1/8 - 0/exact")(d),
+                      *seen_ci("versus_exact", "1/8 - 0/exact", "pass@16", "gap")(d))),
+    Figure("docs/why-focal.md", "with the exact update {:.3f} and {:.3f} ({:+.3f})", SEEN,
+           lambda d: (*seen("frontier", "1/exact", "pass@1", "ceilings")(d),
+                      seen("frontier", "1/exact", "pass@1", "ceiling", "mean")(d))),
+    Figure("docs/why-focal.md", "{} of DAPO's {} long runs break down, {} of F's", SEEN,
+           lambda d: (lambda runs: tuple(WORDS[x] for x in (
+               sum(r["broke down"] for r in runs["0/8"].values()), len(runs["0/8"]),
+               sum(r["broke down"] for r in runs["1/8"].values()))))(
+               seen("ceilings", "runs")(d))),
+    Figure("docs/why-focal.md", "{} of the {} runs of the confirmation", SEEN, lambda d: (
+        sum(len(a["broke down"]) for a in seen("arms")(d).values()),
+        len(seen("arms")(d)) * len(d["seeds"]))),
+    Figure("docs/why-focal.md", "at {} of {} seed-levels (on the confirmation seeds at {} of {})",
+           (SEEN, SHAPED), lambda a, b: tuple(
+               f(seen("frontier_lrs", "1/8", 0, "counts")(d)) for d in (b, a)
+               for f in (lambda c: c["dapo_g0_lr3e-05_n8"], lambda c: sum(c.values())))),
+    Figure("docs/why-focal.md", "lifts no arm's frontier by more than {:.4f} at any k", SEEN,
+           lambda d: max(c[f"pass@{k}"]["gap"]["mean"] for c in
+                         seen("bracket", "lifted")(d).values() for k in SEEN_KS)),
+    Figure("docs/why-focal.md", "DAPO's clip takes {:.2%} to {:.2%} of the sampled arms' tokens",
+           SEEN, lowest_highest(seen_arms("clip_frac", *(
+               f"dapo_g{g}_lr{lr}_n8" for g in (0, 1)
+               for lr in ("3e-05", "0.0001", "0.0002", "0.0003"))))),
     Figure("experiments/results/see_it_happen.md", "{:.1f} min wall and {:.1f} CPU-min on 2 cores "
            "shared with other work (load {:.1f} at the start, {:.1f} at the end)", SEEN,
            lambda d: (d["times"]["wall_s"] / 60, d["times"]["cpu_s"] / 60, *d["times"]["load"])),
