@@ -154,7 +154,7 @@ def test_contributing_states_the_rules_these_tests_enforce():
     rules = ["test_the_files_keep_their_budgets", "test_readme_commands_use_real_flags",
              "test_every_file_the_docs_cite_exists", "test_every_test_the_docs_cite_exists",
              "test_make_help_lists_every_target", "test_tests_live_by_subject",
-             "test_code_and_docs_cite_the_paper_not_the_projects_spec_or_issues",
+             "test_code_and_docs_cite_only_what_a_reader_has",
              "test_the_readme_types_no_counts_a_change_makes_stale",
              "test_every_hook_in_the_repository_takes_the_calls_train_makes"]
     assert [rule for rule in rules if f"`{rule}`" not in text] == []
@@ -222,7 +222,7 @@ def test_make_help_lists_every_target():
     assert len(targets) > 10 and listed == targets, (targets, listed)
 
 
-# what a reader cannot open: the project's own spec and issues, and who lends it machines
+# what a reader cannot open: the project's own notes, its tracker's threads, how it was hosted
 UNSEEN = re.compile(r"\bSPEC\b|\b[Ii]ssues? \d+\b|\blent\b|\bdevice tool\b")
 
 
@@ -232,7 +232,7 @@ def _unseen_citations(paths):
             for n, line in enumerate(p.read_text().splitlines(), 1) if UNSEEN.search(line)]
 
 
-def test_code_and_docs_cite_the_paper_not_the_projects_spec_or_issues(tmp_path):
+def test_code_and_docs_cite_only_what_a_reader_has(tmp_path):
     tracked = subprocess.run(["git", "ls-files", "*.py", "*.md", "Makefile", "*.ini", ".ci/run"],
                              cwd=ROOT, capture_output=True, text=True).stdout.split()
     assert len(tracked) > 30, tracked  # (a git checkout)
@@ -247,7 +247,7 @@ def test_code_and_docs_cite_the_paper_not_the_projects_spec_or_issues(tmp_path):
 # ---------------------------------------------------------------- the figures the docs quote
 # The figures the README and docs/ quote from a results file are that file's: each is read from
 # the file, formatted as printed and looked for in the page, so a figure changed by hand in the
-# text, or in the file, fails here. And a time measured on this project's cores says where and when.
+# text, or in the file, fails here. And a time measured by hand says where and when.
 # 
 # To add a figure: a line in FIGURES, Figure(page, the words as printed with a {} where each figure
 # stands, the results file, what reads the figures from it). `at("rows/2/ratio")` reads a path of
