@@ -154,8 +154,8 @@ MUTANTS = [
         "--resume replays the data from the start"),
     # ---- OUT/run.json and what --resume may change
     bug("resume_accepts_another_gamma", "fgrpo.py",
-        "if before.get(k, v) != v\n                            and k not in resumable)",
-        "if before.get(k, v) != v\n                            and k not in resumable | {'gamma'})",
+        "and k not in resumable)",
+        "and k not in resumable | {'gamma'})",
         "--resume --gamma 0.5 on a gamma-1 run continues: one curve, two methods"),
     bug("resume_may_change_the_lr", "fgrpo.py",
         'RESUMABLE = {"out", "steps",',
