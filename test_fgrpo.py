@@ -749,17 +749,6 @@ def test_last_boxed_matches_braces():
     assert evaluator.last_boxed("unclosed \\boxed{12") == "unclosed \\boxed{12"
 
 
-def test_verify_pathological_completions_score_zero_within_timeout():
-    bad = ["$\\boxed{9^{9^{9^{9^{9}}}}}$", "junk " * 20_000, "\\boxed{" + "{" * 50_000]
-    start = time.time()
-    # the power tower hangs in C: the workers are killed
-    with pytest.warns(UserWarning, match="no result within"):
-        scores = fgrpo.verify(bad + ["\\boxed{4}"], ["4"] * 4, timeout=2.0)
-    elapsed = time.time() - start
-    assert scores == [0.0, 0.0, 0.0, 1.0]  # and the pool still works after a kill
-    assert elapsed < 300  # a hang check, not a speed check: without the outer timeout, no return
-
-
 def _busy(path):  # a worker's task that stays (as math-verify hung in C would)
     Path(path).touch()
     time.sleep(600)
@@ -769,7 +758,8 @@ def test_verify_workers_ignore_sigterm_and_terminate_kills_them(tmp_path):
     # a preemption (SLURM, Kubernetes through torchrun) sends SIGTERM to every process of the run,
     # the verify workers too: they must live on to finish the step being saved. So they ignore
     # it (/proc's SigIgn mask, bit 15), and Pool.terminate() (after a hang, at exit) kills them,
-    # a busy one too (an idle one would leave on the pool's own stop message)
+    # a busy one too (an idle one would leave on the pool's own stop message). Before the hang
+    # test below: were terminate() deaf, that one would hang for ever, this one fails
     assert fgrpo.verify(["\\boxed{4}"], ["4"]) == [1.0]
     workers = list(fgrpo._POOL._pool)
     for worker in workers:
@@ -791,6 +781,17 @@ def test_verify_workers_ignore_sigterm_and_terminate_kills_them(tmp_path):
     ending.join(60)
     fgrpo._POOL = None
     assert not hung and all(not w.is_alive() for w in workers)
+
+
+def test_verify_pathological_completions_score_zero_within_timeout():
+    bad = ["$\\boxed{9^{9^{9^{9^{9}}}}}$", "junk " * 20_000, "\\boxed{" + "{" * 50_000]
+    start = time.time()
+    # the power tower hangs in C: the workers are killed
+    with pytest.warns(UserWarning, match="no result within"):
+        scores = fgrpo.verify(bad + ["\\boxed{4}"], ["4"] * 4, timeout=2.0)
+    elapsed = time.time() - start
+    assert scores == [0.0, 0.0, 0.0, 1.0]  # and the pool still works after a kill
+    assert elapsed < 300  # a hang check, not a speed check: without the outer timeout, no return
 
 
 @pytest.mark.slow
