@@ -713,6 +713,40 @@ def test_verify_survives_golds_whose_parse_cannot_be_pickled():
     assert fgrpo.verify(["$\\boxed{4}$"], ["4"]) == [1.0]  # the next call works
 
 
+def _busy(path):  # a worker's task that stays (as math-verify hung in C would)
+    Path(path).touch()
+    time.sleep(600)
+
+
+def test_verify_workers_ignore_sigterm_and_terminate_kills_them(tmp_path):
+    # a preemption (SLURM, Kubernetes through torchrun) sends SIGTERM to every process of the run,
+    # the verify workers too: they must live on to finish the step being saved. So they ignore
+    # it (/proc's SigIgn mask, bit 15), and Pool.terminate() (after a hang, at exit) kills them,
+    # a busy one too. First of the tests that end the pool: were terminate() deaf to the
+    # workers, the first to end it would hang for ever, where this one fails
+    assert fgrpo.verify(["\\boxed{4}"], ["4"]) == [1.0]
+    workers = list(fgrpo._POOL._pool)
+    for worker in workers:
+        status = Path(f"/proc/{worker.pid}/status").read_text()
+        ignored = int(re.search(r"^SigIgn:\s*([0-9a-f]+)", status, re.M).group(1), 16)
+        assert ignored >> (signal.SIGTERM - 1) & 1, worker.pid
+    fgrpo._POOL.apply_async(_busy, (tmp_path / "busy",))
+    for _ in range(600):  # until a worker holds it
+        if (tmp_path / "busy").exists():
+            break
+        time.sleep(0.1)
+    import threading
+    ending = threading.Thread(target=fgrpo._POOL.terminate, daemon=True)
+    ending.start()
+    ending.join(60)  # a hang check: with SIGTERM alone, terminate() waits on them for ever
+    hung = ending.is_alive()
+    for worker in workers if hung else []:  # end them, so that the suite goes on to fail
+        worker.kill()
+    ending.join(60)
+    fgrpo._POOL = None
+    assert not hung and all(not w.is_alive() for w in workers)
+
+
 def _score_or_die(completion, gold):  # module level: the workers find it by name
     if "DIE" in completion:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -747,40 +781,6 @@ def test_verify_worker_killed_or_failing_scores_zero_and_the_call_returns(monkey
 def test_last_boxed_matches_braces():
     assert evaluator.last_boxed("x \\boxed{\\frac{1}{\\sqrt{2}}} y") == "\\frac{1}{\\sqrt{2}}"
     assert evaluator.last_boxed("unclosed \\boxed{12") == "unclosed \\boxed{12"
-
-
-def _busy(path):  # a worker's task that stays (as math-verify hung in C would)
-    Path(path).touch()
-    time.sleep(600)
-
-
-def test_verify_workers_ignore_sigterm_and_terminate_kills_them(tmp_path):
-    # a preemption (SLURM, Kubernetes through torchrun) sends SIGTERM to every process of the run,
-    # the verify workers too: they must live on to finish the step being saved. So they ignore
-    # it (/proc's SigIgn mask, bit 15), and Pool.terminate() (after a hang, at exit) kills them,
-    # a busy one too (an idle one would leave on the pool's own stop message). Before the hang
-    # test below: were terminate() deaf, that one would hang for ever, this one fails
-    assert fgrpo.verify(["\\boxed{4}"], ["4"]) == [1.0]
-    workers = list(fgrpo._POOL._pool)
-    for worker in workers:
-        status = Path(f"/proc/{worker.pid}/status").read_text()
-        ignored = int(re.search(r"^SigIgn:\s*([0-9a-f]+)", status, re.M).group(1), 16)
-        assert ignored >> (signal.SIGTERM - 1) & 1, worker.pid
-    fgrpo._POOL.apply_async(_busy, (tmp_path / "busy",))
-    for _ in range(600):  # until a worker holds it
-        if (tmp_path / "busy").exists():
-            break
-        time.sleep(0.1)
-    import threading
-    ending = threading.Thread(target=fgrpo._POOL.terminate, daemon=True)
-    ending.start()
-    ending.join(60)  # a hang check: with SIGTERM alone, terminate() waits on them for ever
-    hung = ending.is_alive()
-    for worker in workers if hung else []:  # end them, so that the suite goes on to fail
-        worker.kill()
-    ending.join(60)
-    fgrpo._POOL = None
-    assert not hung and all(not w.is_alive() for w in workers)
 
 
 def test_verify_pathological_completions_score_zero_within_timeout():
