@@ -30,10 +30,10 @@ endif
 
 # pytest's own flags: make test-all PYTEST="--durations=15" (CI), make test PYTEST="-k verify"
 PYTEST ?=
-test: parity-deps  ## the fast suite, after every change: not the tests marked slow (about 70 s)
+test: parity-deps  ## the fast suite, after every change: not the tests marked slow (about 100 s)
 	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) -m pytest -q -m "not slow" $(PYTEST)
 
-test-all: parity-deps smollm2  ## every test, SmolLM2's included (CI runs this): about 20 minutes
+test-all: parity-deps smollm2  ## every test, SmolLM2's included (CI runs this): about 25 minutes
 	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) -m pytest -q $(PYTEST)
 
 # the demo's held-out problems, before and after: eval.py on the base model and the last checkpoint
