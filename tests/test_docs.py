@@ -92,10 +92,11 @@ def test_readme_commands_use_real_flags(tmp_path):
 
 
 CITED = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)"  # a markdown link to a file here, or a file
-                   r"|`((?:docs|bench|experiments|integrations)/[\w./-]+\.(?:md|json|png|py))`")
+                   r"|`((?:docs|bench|checks|experiments|integrations)/[\w./-]+"
+                   r"\.(?:md|json|png|py))`")
 
 
-NOT_YET_WRITTEN = {"bench/gpu_results.json"}  # make gpu-check's output: no GPU has run it yet
+NOT_YET_WRITTEN = {"checks/gpu_results.json"}  # make gpu-check's output: no GPU has run it yet
 
 
 def _cited_files_missing(paths):
@@ -254,9 +255,9 @@ def test_code_and_docs_cite_only_what_a_reader_has(tmp_path):
 # keys and list indices; anything else is a function of the file's JSON.
 BENCH = "bench/results.json"
 VERIFY = "bench/verify_results.json"
-CALIBRATION = "bench/compare_calibration.json"
-PARITY = "bench/parity_results.json"
-MUTATION = "bench/mutation_results.json"
+CALIBRATION = "checks/compare_calibration.json"
+PARITY = "checks/parity_results.json"
+MUTATION = "checks/mutation_results.json"
 TWO = "experiments/results/two_strategy.json"
 TINY = "experiments/results/table1_tiny.json"
 CAT_LR3 = "experiments/results/categorical_adamw_lr0.001.json"
@@ -303,7 +304,7 @@ def parity(select):
     return read
 
 
-def calibration(d, n, test, setting):  # one row of bench/compare_calibration.json's results
+def calibration(d, n, test, setting):  # one row of checks/compare_calibration.json's results
     return next(r for r in d["results"]
                 if (r["n"], r["test"], r["setting"]) == (n, test, setting))
 

@@ -1,4 +1,4 @@
-"""Tests of bench/gpu_check.py (make gpu-check) on a CPU: its stand-in runs every part, its weight
+"""Tests of checks/gpu_check.py (make gpu-check) on a CPU: its stand-in runs every part, its weight
 sync check fails planted sync bugs, its time plan, its equal-or-why-not judgement."""
 import importlib.util
 import json
@@ -23,7 +23,7 @@ def _metrics(out):  # a run's metrics.jsonl without the timings (t_*), which dif
     return [{k: v for k, v in m.items() if not k.startswith("t_")} for m in rows]
 
 
-# ---------------------------------------------------------------- bench/gpu_check.py on a CPU
+# ---------------------------------------------------------------- checks/gpu_check.py on a CPU
 @pytest.mark.slow
 def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(tmp_path):
     # `make gpu-check` at toy sizes, FSDP2 in a gloo group of one standing in for the GPU's; its
@@ -32,7 +32,7 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     # sleep mode there): the engine's weights read back at every step on both ranks. A budget
     # far over its time: a loaded machine must not fail it (the plan has tests below)
     work = tmp_path / "work"
-    cmd = [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--small",
+    cmd = [sys.executable, str(ROOT / "checks" / "gpu_check.py"), "--device", "cpu", "--small",
            "--out", str(tmp_path / "r.json"), "--work", str(work), "--budget", "3000"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -112,8 +112,8 @@ def _check_what_the_stand_in_reports(r):
 # ---------------------------------------------------------------- gpu-check's blind spots,
 # its time plan, one owner of the GPU, equal or why not, the wheels
 def _gpu_check():
-    """bench/gpu_check.py as a module."""
-    sys.path.insert(0, str(ROOT / "bench"))
+    """checks/gpu_check.py as a module."""
+    sys.path.insert(0, str(ROOT / "checks"))
     import gpu_check
     return gpu_check
 

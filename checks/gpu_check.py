@@ -1,16 +1,16 @@
 """make gpu-check: does `python fgrpo.py` work on a GPU? fgrpo's own code, offline, in minutes.
 
     make gpu-wheels                                  # where PyPI is reachable: math-verify's wheels
-    make gpu-check PYTHON=python3                    # on the GPU node, bench/wheels taken along
-    python bench/gpu_check.py --device cpu --small   # the same parts on a CPU, toy sizes
-    python bench/gpu_check.py --parts rollout,loop   # some parts again (setup where they need it)
+    make gpu-check PYTHON=python3                    # on the GPU node, checks/wheels taken along
+    python checks/gpu_check.py --device cpu --small   # the same parts on a CPU, toy sizes
+    python checks/gpu_check.py --parts rollout,loop   # some parts again (setup where they need it)
 
 The parts, each in its share of a plan of 9 minutes (17 with vLLM) counted from the process's
 start (PLAN_S; --budget scales it), each printing a line: setup (a random Qwen2.5-0.5B-shaped
 model placed as fgrpo.train places it), train (fgrpo.train_step under FSDP2: MFU), rollout (the
 weight sync into vLLM, else EngineStandIn: check_sync) and loop (fgrpo.train under torchrun on
 every GPU, vLLM asleep and awake around every step, stopped by SIGTERM and resumed: part_loop).
-bench/gpu_results.json is written after every part and holds every rank's verdict (Report); the
+checks/gpu_results.json is written after every part and holds every rank's verdict (Report); the
 exit status is 1 if a part fails on any rank. On a node with several GPUs the check re-launches
 itself under torchrun, a rank per GPU. docs/bench.md says what a pass proves and what it does not.
 """
@@ -981,7 +981,7 @@ def parse_args(argv):
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--device", default="cuda", help="cuda, or cpu for a run of the same code")
     p.add_argument("--small", action="store_true", help="a 2-layer, hidden-64 model, toy sizes")
-    p.add_argument("--out", default=str(ROOT / "bench" / "gpu_results.json"), help="JSON results")
+    p.add_argument("--out", default=str(ROOT / "checks" / "gpu_results.json"), help="JSON results")
     p.add_argument("--work", help="folder for the loop's runs and logs, and every rank's verdict "
                    "(default: a temporary one)")
     p.add_argument("--loop-ranks", type=int, help="the loop's torchrun ranks; default: every GPU, "
@@ -1020,14 +1020,14 @@ def check_needs(a):
     """What the check needs before it starts, or an exit in one line: a GPU; math-verify for the
     loop, imported, not only found (a missing dependency, sympy, shows here, not minutes on)."""
     if a.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("error: no GPU visible; `python bench/gpu_check.py --device cpu --small` runs the "
-                 "same code on a CPU")
+        sys.exit("error: no GPU visible; `python checks/gpu_check.py --device cpu --small` runs "
+                 "the same code on a CPU")
     if "loop" in a.parts:
         try:
             importlib.import_module("math_verify")
         except ImportError as e:
             sys.exit(f"error: the loop part's reward needs math-verify, which does not import "
-                     f"({e}): run `make gpu-wheels` where PyPI is reachable and take bench/wheels "
+                     f"({e}): run `make gpu-wheels` where PyPI is reachable and take checks/wheels "
                      "along (docs/bench.md), or leave out the loop (--parts)")
 
 

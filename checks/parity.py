@@ -2,7 +2,7 @@
 
     make parity
         # installs verl into /tmp/fgrpo-parity-deps, then runs this (~1 min)
-    python bench/parity.py --deps DIR
+    python checks/parity.py --deps DIR
         # verl already in DIR (pip install --no-deps --target DIR ...)
 
 The peers' own code is imported unmodified: verl's verl/trainer/ppo/core_algos.py from the scratch
@@ -13,7 +13,7 @@ off), so every clip region is visited. A loss row compares the loss value and it
 the log-probs. F-GRPO changes only the advantages (A^F = g(x) * A, Sec. 4, Eq. 13), so each
 F-variant (gamma > 0) passes fgrpo's focal-scaled advantages through the peer's unchanged loss. The
 last rows are settings that look right but are not; they must come out unequal. One markdown table
-is printed and written, with the raw numbers, to bench/parity_results.json; the exit status is 1 if
+is printed and written, with the raw numbers, to checks/parity_results.json; the exit status is 1 if
 any row is not as expected.
 """
 import argparse
@@ -30,8 +30,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from common import ROOT  # noqa: F401  (puts the repository root, where fgrpo.py lives, on sys.path)
-import fgrpo
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # fgrpo.py lives there
+import fgrpo  # noqa: E402
 
 # 0 = the base algorithm; 0.5: the paper's F-GRPO and F-DAPO; 1.0: its F-CISPO
 GAMMAS = (0.0, 0.5, 1.0)

@@ -1,11 +1,11 @@
 """Math-Verify's own test cases through fgrpo.verify, against verl's math-verify reward.
 
     git clone https://github.com/huggingface/Math-Verify /tmp/Math-Verify
-    python bench/mathverify_cases.py --tests /tmp/Math-Verify/tests --out /tmp/mv_cases.json
-    python bench/mathverify_cases.py --tests /tmp/Math-Verify/tests --out /tmp/self.json \\
+    python checks/mathverify_cases.py --tests /tmp/Math-Verify/tests --out /tmp/mv_cases.json
+    python checks/mathverify_cases.py --tests /tmp/Math-Verify/tests --out /tmp/self.json \\
         --self-check
     git show REV:fgrpo.py > /tmp/old_fgrpo.py          # any earlier fgrpo.verify, e.g. REV=HEAD~1
-    python bench/mathverify_cases.py --tests /tmp/Math-Verify/tests --out /tmp/old.json \\
+    python checks/mathverify_cases.py --tests /tmp/Math-Verify/tests --out /tmp/old.json \\
         --fgrpo /tmp/old_fgrpo.py
 
 The (gold, prediction, expected) cases are read statically from Math-Verify's tests/*.py

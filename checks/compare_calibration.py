@@ -1,8 +1,8 @@
 """How often eval.py --compare says p < 0.05 when A and B are equally good, and when B is better:
 its default test (the permutation test) and the paper's (--test subsampling, m = n/4).
 
-    python bench/compare_calibration.py                 # n 16, 64, 256, 1024; both tests
-    python bench/compare_calibration.py --ns 1024 --repeats 200   # a quick look at the paper's n
+    python checks/compare_calibration.py                 # n 16, 64, 256, 1024; both tests
+    python checks/compare_calibration.py --ns 1024 --repeats 200   # a quick look at the paper's n
 
 Each repeat draws two result folders: every problem's correct count Binomial(n, rate), for A and
 for B, and runs --compare's own steps on them (eval.py's pass_at_k_table, subsample_size,
@@ -22,6 +22,7 @@ exact_level_k1). The table is printed and written to --out.
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from statistics import NormalDist
@@ -29,8 +30,8 @@ from statistics import NormalDist
 import numpy as np
 from tqdm import tqdm
 
-from common import ROOT  # noqa: F401  (puts the repository root, where eval.py lives, on sys.path)
-import eval as evaluator
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # eval.py lives there
+import eval as evaluator  # noqa: E402
 
 
 def build_parser():

@@ -1,10 +1,11 @@
-"""Planted bugs for `make mutation` (bench/mutation.py): each one exact edit of fgrpo.py, eval.py,
-a bench/, integrations/ or experiments/ file that a plausible slip would make, and that `make test`
+"""Planted bugs for `make mutation` (checks/mutation.py): each one exact edit of fgrpo.py, eval.py,
+a checks/, integrations/ or experiments/ file that a plausible slip would make, and that `make test`
 must catch.
 
 Grow this list whenever a bug is found that the suite missed: add the bug here, see it survive,
 then add the test that catches it. A refactor that changes a line listed here must update the
-line's `find` text (the runner says which), never drop the bug.
+line's `find` text, never drop the bug: `make test` names each stale one
+(test_every_planted_bug_finds_its_text_once_and_its_file_still_parses).
 """
 
 
@@ -340,11 +341,11 @@ MUTANTS = [
         "    if unloaded:  # it would sample on with the stale weights",
         "    if unloaded and False:  # it would sample on with the stale weights",
         "a weight vLLM did not load goes unsaid: it samples on with the stale one"),
-    bug("gpu_check_read_back_ignores_fusion", "bench/gpu_check.py",
+    bug("gpu_check_read_back_ignores_fusion", "checks/gpu_check.py",
         'fused = next((k for k in packed if f".{k}." in name), None)',
         'fused = None',
         "vLLM's fused q/k/v and gate/up weights are never compared with the trainer's"),
-    bug("gpu_check_loop_sizes_ignore_ranks", "bench/gpu_check.py",
+    bug("gpu_check_loop_sizes_ignore_ranks", "checks/gpu_check.py",
         "mini_batch = world * math.ceil(8 / world)",
         "mini_batch = 8",
         "at 3, 5, 6 or 7 GPUs the loop's runs are refused by fgrpo's own size check"),

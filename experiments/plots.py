@@ -1,7 +1,7 @@
 """The README's two pictures, from a run's files (needs matplotlib).
 
-    python bench/plots.py curves runs/demo/metrics.jsonl docs/demo_metrics.png
-    python bench/plots.py passk runs/demo/eval_base runs/demo/eval_after docs/tiny_passk.png
+    python experiments/plots.py curves runs/demo/metrics.jsonl docs/demo_metrics.png
+    python experiments/plots.py passk runs/demo/eval_base runs/demo/eval_after docs/tiny_passk.png
 
 curves: reward, active_frac, focal_mean, clip_frac and resp_len of fgrpo.py's metrics.jsonl over
 steps, titled with the run's algorithm and gamma from the run.json beside it. passk: the pass@k
@@ -14,7 +14,7 @@ from pathlib import Path
 try:
     import matplotlib.pyplot as plt  # without a display it draws with Agg
 except ImportError:
-    raise SystemExit("error: bench/plots.py needs matplotlib: pip install matplotlib")
+    raise SystemExit("error: experiments/plots.py needs matplotlib: pip install matplotlib")
 
 KEYS = ("reward", "active_frac", "focal_mean", "clip_frac", "resp_len")
 

@@ -1,23 +1,25 @@
-"""make mutation: plant each bug of bench/mutants.py in a scratch copy and see the tests catch it.
+"""make mutation: plant each bug of checks/mutants.py in a scratch copy and see the tests catch it.
 
-    python bench/mutation.py                 # every planted bug, against make test's suite
-    python bench/mutation.py --only gamma    # those whose name contains "gamma"
-    python bench/mutation.py --list          # the planted bugs, without running anything
+    python checks/mutation.py                 # every planted bug, against make test's suite
+    python checks/mutation.py --only gamma    # those whose name contains "gamma"
+    python checks/mutation.py --list          # the planted bugs, without running anything
 
-A planted bug is one exact edit of fgrpo.py, eval.py, bench/, integrations/ or experiments/
-(bench/mutants.py says which and why it is plausible). For each, the tracked files are copied to
+A planted bug is one exact edit of fgrpo.py, eval.py or a file of checks/, integrations/ or
+experiments/
+(checks/mutants.py says which and why it is plausible). For each, the tracked files are copied to
 a scratch folder, the edit is made there, and `pytest -x -m "not slow"` runs in it: `make test`'s
 fast suite, which leaves out the slow tests (whole runs, vLLM engines, torchrun: pytest.ini). The
 bug is caught if a test fails, survives if every test passes; a run past --timeout is neither,
 and counts as not caught. The unchanged copy runs first and must pass. Exit status 1 if a bug
-was not caught or an edit's text is no longer in its file (bench/mutants.py then needs updating).
-The full run's table is bench/mutation_results.json, the committed record; a run of --only
+was not caught or an edit's text is no longer in its file (checks/mutants.py then needs updating).
+The full run's table is checks/mutation_results.json, the committed record; a run of --only
 writes runs/mutation_only.json instead, unless --out says where.
 
 Why not mutmut: it mutates every operator and constant (hundreds of mutants of fgrpo.py, hours
 of the suite on 2 cores) and cannot plant the named wiring bugs this list keeps.
 """
 import argparse
+import ast
 import importlib.util
 import json
 import os
@@ -33,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_mutants():
-    spec = importlib.util.spec_from_file_location("mutants", ROOT / "bench" / "mutants.py")
+    spec = importlib.util.spec_from_file_location("mutants", ROOT / "checks" / "mutants.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.MUTANTS
@@ -54,15 +56,28 @@ def scratch_copy():
     return folder
 
 
-def plant(folder, mutant):
-    """Make the mutant's edit in the copy; an error message if its text is not there once."""
-    path = folder / mutant["file"]
-    text = path.read_text()
+def planted(folder, mutant):
+    """(the mutant's file in `folder` with its edit made, None) or (None, why it is stale): its
+    text must occur once, and a planted .py file must still parse (a bug, not a syntax error)."""
+    text = (folder / mutant["file"]).read_text()
     found = text.count(mutant["find"])
     if found != 1:
-        return f"its text occurs {found} times in {mutant['file']}: update bench/mutants.py"
-    path.write_text(text.replace(mutant["find"], mutant["replace"]))
-    return None
+        return None, f"its text occurs {found} times in {mutant['file']}: update checks/mutants.py"
+    edited = text.replace(mutant["find"], mutant["replace"])
+    try:
+        if mutant["file"].endswith(".py"):
+            ast.parse(edited)
+    except SyntaxError as e:
+        return None, f"planted, {mutant['file']} no longer parses (line {e.lineno}): {e.msg}"
+    return edited, None
+
+
+def plant(folder, mutant):
+    """Make the mutant's edit in the copy; an error message if it is stale (planted)."""
+    edited, error = planted(folder, mutant)
+    if edited is not None:
+        (folder / mutant["file"]).write_text(edited)
+    return error
 
 
 def run_suite(folder, timeout, threads):
@@ -104,7 +119,7 @@ def record_path(only):
     """Where a run's table goes by default: the committed record holds the full run alone."""
     if only:
         return ROOT / "runs" / "mutation_only.json"
-    return ROOT / "bench" / "mutation_results.json"
+    return ROOT / "checks" / "mutation_results.json"
 
 
 def main():
@@ -115,7 +130,7 @@ def main():
     p.add_argument("--jobs", type=int, default=2, help="copies tested at once (one thread each)")
     p.add_argument("--timeout", type=int, default=900, help="seconds for one run of the suite")
     p.add_argument("--out", help="where the table goes as JSON; default: "
-                   "bench/mutation_results.json, or runs/mutation_only.json with --only")
+                   "checks/mutation_results.json, or runs/mutation_only.json with --only")
     args = p.parse_args()
     args.out = args.out or record_path(args.only)
     mutants = [m for m in load_mutants()
