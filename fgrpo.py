@@ -51,6 +51,8 @@ from torch.utils.checkpoint import checkpoint
 from tqdm import tqdm
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."  # App. L
+ALGOS = ("grpo", "dapo", "cispo")  # the objectives policy_loss computes (App. B)
+DUAL_CLIP_ALGOS = ("grpo", "dapo")  # those with PPO's min(), which a dual clip bounds
 PAPER_EPS = {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "cispo": (1.0, 5.0)}  # App. B, L.2
 PAPER_GAMMA = {"grpo": 0.5, "dapo": 0.5, "cispo": 1.0}  # Table 7, Qwen2.5-7B
 HUB_FILES = {"agentica-org/DeepScaleR-Preview-Dataset": "deepscaler.json"}  # problem, answer
@@ -74,7 +76,7 @@ def add_model_and_algorithm_flags(parser):
     a("--answer-key", default="answer", help="field holding the gold answer")
     a("--max-prompt-len", type=int, default=1024, help="drop problems with longer prompts (tokens)")
     a = parser.add_argument_group("algorithm (Sec. 4, App. B)").add_argument
-    a("--algo", default="dapo", choices=sorted(PAPER_EPS), help="base objective (App. B)")
+    a("--algo", default="dapo", choices=ALGOS, help="base objective (App. B)")
     a("--gamma", type=float, help=f"focal exponent, 0 = the base algorithm; default: {PAPER_GAMMA}")
     a("--eps-low", type=float, help=f"lower clip; default: the paper's, per algo {PAPER_EPS}")
     a("--eps-high", type=float, help="upper clip; default: the paper's, per algo")
@@ -128,9 +130,13 @@ def parse_args(argv=None):
     if parser.parse_known_args(argv)[0].model == "tiny":
         parser.set_defaults(**TINY)
     args = parser.parse_args(argv)
-    args.gamma = PAPER_GAMMA[args.algo] if args.gamma is None else args.gamma
-    args.eps_low = PAPER_EPS[args.algo][0] if args.eps_low is None else args.eps_low
-    args.eps_high = PAPER_EPS[args.algo][1] if args.eps_high is None else args.eps_high
+    low, high = PAPER_EPS.get(args.algo, (None, None))
+    paper = {"gamma": PAPER_GAMMA.get(args.algo), "eps_low": low, "eps_high": high}
+    for name, value in paper.items():  # a flag not given: the paper's value for --algo
+        flag = "--" + name.replace("_", "-")
+        if getattr(args, name) is None and value is None:  # an algorithm the paper did not run
+            parser.error(f"the paper gives no {flag} for --algo {args.algo}: pass {flag}")
+        setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
     if args.rollout is None:
         args.rollout = "vllm" if importlib.util.find_spec("vllm") else "hf"
         if args.rollout == "hf" and RANK == 0:
@@ -141,8 +147,9 @@ def parse_args(argv=None):
 def check_args(args, error):
     if args.gamma < 0:
         error(f"--gamma must be >= 0, got {args.gamma}")
-    if args.dual_clip is not None and (args.algo == "cispo" or args.dual_clip <= 1):
-        error(f"--dual-clip needs --algo grpo or dapo and a value > 1, got {args.dual_clip}")
+    if args.dual_clip is not None and (args.algo not in DUAL_CLIP_ALGOS or args.dual_clip <= 1):
+        error(f"--dual-clip needs --algo {' or '.join(DUAL_CLIP_ALGOS)} and a value > 1, got "
+              f"--algo {args.algo} --dual-clip {args.dual_clip}")
     if args.n < 2:
         error("--n must be >= 2: a group of one has no relative advantage")
     if args.prompts % args.mini_batch or args.mini_batch % WORLD:
@@ -200,8 +207,11 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low, eps_high, num_t
                 the step's response tokens, and backward() loss * world size (DDP/FSDP average).
     dual_clip:  c > 1 or None (App. B): verl's clip_ratio_c (3 there), c * A bounds A < 0 below
     Returns (loss, stats); stats["clip_frac"]: the share of response tokens clipped (no grad)."""
-    if dual_clip is not None and (algo == "cispo" or dual_clip <= 1):
-        raise ValueError(f"dual_clip needs algo grpo or dapo and c > 1, got {algo}, {dual_clip}")
+    if algo not in ALGOS:
+        raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
+    if dual_clip is not None and (algo not in DUAL_CLIP_ALGOS or dual_clip <= 1):
+        raise ValueError(f"dual_clip needs algo in {DUAL_CLIP_ALGOS} and c > 1, got {algo}, "
+                         f"{dual_clip}")
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype)[:, None]
     # Sec. 2: r_t = pi_theta(o_t) / pi_old(o_t); the log-ratio clamped at +-20, as verl does
@@ -796,33 +806,27 @@ def load_state(ckpt, model, opt, sched):
     return state["step"], state["data_pos"]
 # ------------------------------------------------------------------------------------------------
 # The loop (save_and_stop and checkpoint_to_resume: preemption and resume, plumbing)
+def focal_advantages(correct, samples, args):  # Hooks' default: Eq. 13's A^F at --gamma
+    return group_advantages(correct, args.gamma)
+
 class Hooks(NamedTuple):
-    """Parts an experiment may swap in train() (patching fgrpo.verify etc. does not reach it)."""
+    """Parts an experiment may swap in train() (patching fgrpo.verify etc. does not reach it).
+    A hook that takes args reads a new option there: no new signature, in here or in a hook."""
     sample: callable = rollout  # (model, tok, engine, prompts, n, args, seed) -> samples
     score: callable = verify  # (completions, golds) -> 0/1 rewards
-    advantages: callable = group_advantages  # (rewards (P, N), gamma) -> (P, N)
+    advantages: callable = focal_advantages  # (0/1 rewards (P, N), their samples, args) -> (P, N)
     after_step: callable = lambda model, step, metrics: None
 
 @functools.lru_cache(maxsize=2)
 def epoch_order(size, seed):  # a seeded shuffle of range(size): one epoch's order
     return torch.randperm(size, generator=torch.Generator().manual_seed(seed)).tolist()
 
-class DataStream:
-    """The training problems over and over, each epoch in its own seeded order. `position` counts
-    the problems handed out; checkpoints save it, so --resume continues the stream."""
-
-    def __init__(self, problems, seed, position=0):
-        self.problems = problems
-        self.seed = seed
-        self.position = position
-
-    def next(self, count):
-        """This rank's share of the next `count` problems."""
-        size = len(self.problems)
-        positions = range(self.position, self.position + count)
-        self.position += count
-        order = [epoch_order(size, self.seed + p // size)[p % size] for p in positions]
-        return [self.problems[i] for i in order][RANK::WORLD]
+def problems_at(problems, seed, position, count):
+    """This rank's share of the `count` problems from `position` on, of the training problems
+    over and over, each epoch in its own seeded order. Checkpoints save the position."""
+    size = len(problems)
+    positions = range(position, position + count)
+    return [problems[epoch_order(size, seed + p // size)[p % size]] for p in positions][RANK::WORLD]
 
 def sample_and_score(model, tok, engine, problems, n, args, seed, hooks=Hooks()):
     """n completions per problem, their 0/1 rewards (P, n), and the seconds each part took."""
@@ -851,7 +855,7 @@ def run_step(model, tok, engine, opt, problems, args, step, hooks=Hooks()):
     samples, correct, metrics = sample_and_score(model, tok, engine, problems, args.n, args,
                                                  step_seed(args.seed, step), hooks)
     lengths = torch.tensor([float(len(s.completion_ids)) for s in samples]).view_as(correct)
-    adv = hooks.advantages(correct, args.gamma).flatten()
+    adv = hooks.advantages(correct, samples, args).flatten()
     start = time.time()
     model.train()
     device = next(model.parameters()).device
@@ -958,10 +962,9 @@ def train(args, hooks=Hooks()):
     model, tok, problems = load_policy(args, ckpt or args.model)
     model = shard(model, device).eval()
     opt, sched = build_optimizer(model, args)
-    first, data_pos = load_state(ckpt, model, opt, sched) if ckpt else (0, 0)
+    first, position = load_state(ckpt, model, opt, sched) if ckpt else (0, 0)
     engine = start_vllm(args, ckpt or args.model, model) if args.rollout == "vllm" else None
     log = open_log(out, first, args) if RANK == 0 else None
-    stream = DataStream(problems, args.seed, data_pos)
     steps = args.steps or args.epochs * len(problems) // args.prompts
     sigterm_at = []  # SIGTERM lets the step in progress finish (save_and_stop)
     signal.signal(signal.SIGTERM, lambda *_: sigterm_at.append(time.time()))
@@ -969,7 +972,9 @@ def train(args, hooks=Hooks()):
     last_save_seconds = 0.0  # how long the last save took: none measured yet
     for step in tqdm(range(first + 1, steps + 1), desc="steps", initial=first, total=steps,
                      disable=RANK or None):
-        metrics = run_step(model, tok, engine, opt, stream.next(args.prompts), args, step, hooks)
+        batch = problems_at(problems, args.seed, position, args.prompts)
+        position += args.prompts
+        metrics = run_step(model, tok, engine, opt, batch, args, step, hooks)
         metrics = {"step": step, **metrics, "lr": sched.get_last_lr()[0]}
         hooks.after_step(model, step, metrics)
         sched.step()
@@ -979,7 +984,7 @@ def train(args, hooks=Hooks()):
                                    sigterm_at)
         if save:
             started = time.time()
-            save_checkpoint(out, model, tok, opt, sched, step, stream.position, args.keep_weights)
+            save_checkpoint(out, model, tok, opt, sched, step, position, args.keep_weights)
             last_save_end = time.time()
             last_save_seconds = last_save_end - started
         if stop:

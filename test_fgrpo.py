@@ -892,11 +892,37 @@ def test_data_errors_name_file_line_and_field(tmp_path, capsys):
     (["--algo", "ppo"], "invalid choice: 'ppo'"),
     (["--prompts", "10", "--mini-batch", "4"], "must divide into mini-batches"),
     (["--n", "1"], "--n must be >= 2"),
+    (["--algo", "cispo", "--dual-clip", "3"],
+     "--dual-clip needs --algo grpo or dapo and a value > 1, got --algo cispo --dual-clip 3.0"),
+    (["--algo", "dapo", "--dual-clip", "1"], "--dual-clip needs --algo grpo or dapo"),
 ])
 def test_bad_flags_are_argparse_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         fgrpo.parse_args(["--model", "tiny", *argv])
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_an_algorithm_the_paper_did_not_run_asks_for_its_settings_by_flag(monkeypatch, capsys):
+    # a new objective (GSPO, say) added to ALGOS has no paper gamma or clip range: one line naming
+    # the flag to pass, not a KeyError; given all three, it parses; the dual clip stays refused
+    monkeypatch.setattr(fgrpo, "ALGOS", (*fgrpo.ALGOS, "gspo"))
+    for given, missing in (([], "--gamma"), (["--gamma", "1"], "--eps-low"),
+                           (["--gamma", "1", "--eps-low", "3e-4"], "--eps-high")):
+        with pytest.raises(SystemExit) as e:
+            fgrpo.parse_args(["--model", "tiny", "--algo", "gspo", *given])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"the paper gives no {missing} for --algo gspo: pass" in err
+    full = ["--model", "tiny", "--algo", "gspo", "--gamma", "1", "--eps-low", "3e-4",
+            "--eps-high", "4e-4", "--rollout", "hf"]
+    args = fgrpo.parse_args(full)
+    assert (args.gamma, args.eps_low, args.eps_high) == (1.0, 3e-4, 4e-4)
+    with pytest.raises(SystemExit):
+        fgrpo.parse_args([*full, "--dual-clip", "3"])
+    assert "--dual-clip needs --algo grpo or dapo" in capsys.readouterr().err
+    monkeypatch.undo()  # and policy_loss, until the new loss is written there, refuses it
+    with pytest.raises(ValueError, match="algo must be one of"):
+        fgrpo.policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2),
+                          "gspo", 0.2, 0.2)
 
 
 def test_group_size_is_torchruns_spelling_of_n():
@@ -1335,7 +1361,7 @@ def _hook_problems(paths):
 
 def test_every_hook_in_the_repository_takes_the_calls_train_makes(tmp_path):
     calls = _hook_calls()
-    assert calls == {"sample": {(7, ())}, "score": {(2, ())}, "advantages": {(2, ())},
+    assert calls == {"sample": {(7, ())}, "score": {(2, ())}, "advantages": {(3, ())},
                      "after_step": {(3, ())}}, calls  # each of Hooks' fields, one way
     tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=HERE, capture_output=True,
                              text=True).stdout.split()

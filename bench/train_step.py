@@ -49,12 +49,12 @@ def run_fgrpo(model_dir, steps, args):
     model.eval()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999),
                             weight_decay=args.weight_decay)
-    stream = fgrpo.DataStream(problems, args.seed)
     times = []
     with PeakRSS() as mem:
         for step in range(1, steps + 1):
             t0 = time.perf_counter()
-            fgrpo.run_step(model, tok, None, opt, stream.next(args.prompts), args, step)
+            batch = fgrpo.problems_at(problems, args.seed, (step - 1) * args.prompts, args.prompts)
+            fgrpo.run_step(model, tok, None, opt, batch, args, step)
             times.append(time.perf_counter() - t0)
     return times, mem
 

@@ -409,10 +409,10 @@ def exact_update_hooks(tok):
             state["probs"] = sequence_probs(model, tok_, pairs).view(len(ids), len(seqs))
         return [fgrpo.Sample(i, s, s[-1] != tok_.eos_token_id) for i, s in pairs]
 
-    def advantages(rewards, gamma=0.0, eps=1e-6, correct=None):
+    def advantages(rewards, samples, args):
         pi, r = state["probs"], rewards.float()
         p = (pi * r).sum(-1, keepdim=True)
-        a_inf = (r - p) / (p * (1 - p)).clamp(min=1e-12).sqrt() * (1 - p) ** gamma
+        a_inf = (r - p) / (p * (1 - p)).clamp(min=1e-12).sqrt() * (1 - p) ** args.gamma
         return scale * pi * a_inf
 
     return {"sample": sample, "advantages": advantages}, len(seqs)
