@@ -63,10 +63,15 @@ PARITY_PKGS = verl==0.9.1 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 tensord
 	codetiming==1.4.0 pyvers==0.2.3 cloudpickle==3.1.3 orjson==3.13.0 importlib_metadata==10.2.0 \
 	zipp==4.1.2
 
+NO_VERL = note: verl could not be installed into $(PARITY_DEPS) (pip's error above, no package \
+	index?): the tests that run verl are skipped, and make parity stops saying so
+export NO_VERL
+
+# where pip cannot install verl (no package index), one line says so and make test goes on
 parity-deps:  ## verl into PARITY_DEPS (23 MB, seconds), once: for make parity and make test
 	@test "$$(cat $(PARITY_DEPS)/.installed 2>/dev/null)" = "$(PARITY_PKGS)" || { \
 		$(PYTHON) -m pip install -q --no-deps --upgrade --target $(PARITY_DEPS) $(PARITY_PKGS) && \
-		echo "$(PARITY_PKGS)" > $(PARITY_DEPS)/.installed; }
+		echo "$(PARITY_PKGS)" > $(PARITY_DEPS)/.installed || echo "$$NO_VERL"; }
 
 parity: parity-deps  ## fgrpo's advantages and losses vs verl's and TRL's code (checks/parity.py)
 	$(PYTHON) checks/parity.py --deps $(PARITY_DEPS)

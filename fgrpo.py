@@ -363,8 +363,10 @@ def build_tiny(seed, warm_steps=150):
     model = Qwen2ForCausalLM(config)
     rng = random.Random(seed)
     digits = [[rng.randrange(10) for _ in range(5)] for _ in range(2064)]
+    unseen = [list(map(int, f"{n:05}")) for n in random.Random(f"held out {seed}").sample(
+        range(10**5), 2128)]
     problems = [{"problem": f"max({','.join(map(str, d))})=", "answer": str(max(d))}
-                for d in digits]
+                for d in digits + [d for d in unseen if d not in digits][:64]]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(warm_steps):
         rows = [rng.choice(digits) for _ in range(64)]
@@ -375,7 +377,7 @@ def build_tiny(seed, warm_steps=150):
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return model, tok, problems[64:], problems[:64]
+    return model, tok, problems[64:2064], problems[2064:]  # held out: none of the 2,064 lists
 
 def prepare_tiny_demo(args, folder):
     """--model tiny, the one place the demo differs: build_tiny's model and problems, written once

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import os
+import random
 import re
 import shutil
 import signal
@@ -1132,6 +1133,19 @@ def _wandb_history(folder):
 
 
 @pytest.mark.slow
+def test_tiny_held_out_problems_are_none_the_warm_start_or_training_draws():
+    # the 2,064 lists of random.Random(seed): the warm start draws from all of them, RL trains on
+    # the last 2,000 (as before the held-out set was drawn apart); the 64 held out are distinct
+    # and none of the 2,064, so no model of the demo saw one
+    _, _, train, held_out = fgrpo.build_tiny(0, warm_steps=0)
+    rng = random.Random(0)
+    lists = [f"max({','.join(str(rng.randrange(10)) for _ in range(5))})=" for _ in range(2064)]
+    assert [p["problem"] for p in train] == lists[64:]
+    prompts = {p["problem"] for p in held_out}
+    assert len(prompts) == 64 and not prompts & set(lists)
+    assert all(p["answer"] == max(p["problem"][4:-2].split(",")) for p in held_out)
+
+
 def test_demo_learns_and_logs_every_metric(tmp_path, monkeypatch):
     # `make demo` (vLLM aside: test_vllm_*), cut to 60 of its 150 steps. Measured on 2 cores,
     # seed 0: reward 0.086 at step 1, 0.748 over steps 51-60; the thresholds leave a margin.
@@ -1154,7 +1168,7 @@ def test_demo_learns_and_logs_every_metric(tmp_path, monkeypatch):
         assert len(history) == 60
         for got, want in zip(history, metrics):
             assert {k: got[k] for k in want} == pytest.approx(want)
-    # the 64 held-out problems, never trained on: eval.py before and after
+    # the 64 held-out problems, none of which the warm start or RL draws: eval.py before and after
     data = str(tmp_path / "tiny_seed0" / "held_out.jsonl")
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(sys.modules, "vllm", None)  # the transformers engine

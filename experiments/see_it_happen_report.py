@@ -139,7 +139,7 @@ def mechanism_markdown(res, args):
     return lines
 
 
-def arms_markdown(res, args):
+def arms_markdown(res, args, seeds):  # seeds: the seed numbers the runs' indices stand for
     k, c = res["headline_k"], res["constants"]
     lines = ["### Every arm", "",
              "Over its stable runs (a run breaks down when the answer space holds less than "
@@ -149,7 +149,7 @@ def arms_markdown(res, args):
              "completions, not their probability).", ""]
     rows = [[arm, f"{r['pass@1']:.3f}", f"{r[f'pass@{k}']:.3f}", f"{r['highest pass@1']:.3f}",
              f"{r['rare share']:.3f}", f"{r['rare lost']:.2f}",
-             ", ".join(map(str, r["broke down"])) or "none",
+             ", ".join(str(seeds[i]) for i in r["broke down"]) or "none",
              "-" if r["clip_frac"] is None else f"{r['clip_frac']:.2g}"]
             for arm, r in res["arms"].items()]
     lines += table(["arm", "pass@1", f"pass@{k}", "highest pass@1", "rare share", "lost",
@@ -203,7 +203,7 @@ def markdown(result, args):
     lines += glance_markdown(summary, args)
     for key, res in summary["conditions"].items():
         lines += base_markdown(key, res) + curve_markdown(res, args)
-        lines += mechanism_markdown(res, args) + arms_markdown(res, args)
+        lines += mechanism_markdown(res, args) + arms_markdown(res, args, seeds)
     if summary["check"]:
         ks = [x[len("sampled pass@"):] for x in summary["check"][0] if x.startswith("sampled")]
         lines += [f"## eval.py cross-check: sampled (n = {args.eval_n}, eval.pass_at_k) / exact",

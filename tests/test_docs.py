@@ -1,11 +1,16 @@
 """The docs hold to the code: every command's flags and make targets exist, every cited file and
 test exists, the files keep their budgets, and CONTRIBUTING.md states the rules these tests
 enforce (its messages point there)."""
+import contextlib
+import importlib.util
+import io
 import json
 import re
 import shutil
 import statistics
+import string
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -156,8 +161,12 @@ def test_contributing_states_the_rules_these_tests_enforce():
              "test_every_file_the_docs_cite_exists", "test_every_test_the_docs_cite_exists",
              "test_make_help_lists_every_target", "test_tests_live_by_subject",
              "test_code_and_docs_cite_only_what_a_reader_has",
-             "test_the_readme_types_no_counts_a_change_makes_stale",
-             "test_every_hook_in_the_repository_takes_the_calls_train_makes"]
+             "test_the_docs_type_no_counts_a_change_makes_stale",
+             "test_every_hook_in_the_repository_takes_the_calls_train_makes",
+             "test_the_docs_quote_each_figure_as_its_results_file_has_it",
+             "test_no_figure_in_the_docs_without_a_registered_source",
+             "test_a_time_measured_by_hand_says_where_and_when",
+             "test_every_planted_bug_finds_its_text_once_and_its_file_still_parses"]
     assert [rule for rule in rules if f"`{rule}`" not in text] == []
 
 
@@ -175,12 +184,14 @@ def test_tests_live_by_subject():
     assert re.search(r"^\s+slow: ", (ROOT / "pytest.ini").read_text(), re.M)
 
 
-def test_the_readme_types_no_counts_a_change_makes_stale(tmp_path):
-    # a count of tests or planted bugs goes stale with the next test or bug: left out
+def test_the_docs_type_no_counts_a_change_makes_stale(tmp_path):
+    # a count of tests or planted bugs goes stale with the next test or bug: left out, or read
+    # from a results file (FIGURES)
     def counts(path):
         return re.findall(r"\b[\d,]+ (?:fast |slow )?(?:tests|planted bugs|bugs)\b",
                           path.read_text())
-    assert counts(ROOT / "README.md") == [], "a hand-typed count in README.md (CONTRIBUTING.md)"
+    found = {path.name: counts(path) for path in DOCS if counts(path)}
+    assert found == {}, f"a hand-typed count (CONTRIBUTING.md): {found}"
     bad = tmp_path / "bad.md"  # and it finds them
     bad.write_text("the fast suite, 131 tests; all 149 tests, and 64 planted bugs; 2 cores\n")
     assert counts(bad) == ["131 tests", "149 tests", "64 planted bugs"]
@@ -263,6 +274,10 @@ TINY = "experiments/results/table1_tiny.json"
 CAT_LR3 = "experiments/results/categorical_adamw_lr0.001.json"
 CAT_LR2 = "experiments/results/categorical_adamw_lr0.01_sgd_lr5000.json"
 CI3 = "{:+.3f} [{:+.3f}, {:+.3f}]"  # a paired summary, mean [95% t interval]
+DEMO = "docs/demo_output.json"  # make demo's output, as the README shows it
+PROTOCOL = "experiments/see_it_happen_protocol.toml"
+FLAGS = "fgrpo.py's flags"  # their defaults
+PLAN = "experiments/table1.py --plan"  # its printed estimate
 SEEN = "experiments/results/see_it_happen_confirmation.json"  # seeds 10-19, the protocol's
 SHAPED = "experiments/results/see_it_happen_exploration.json"  # seeds 0-9
 
@@ -432,8 +447,63 @@ def tiny_pass256(d):  # table1_tiny.json: pass@256 (%) of the base model and eve
     return [100 * r["mean"]["math_avg"]["256"] for name, r in d["runs"].items() if name != "cispo"]
 
 
+def demo_line(start):  # the line of make demo's output that starts so
+    return lambda d: next(line for line in d["stdout"] if line.startswith(start))
+
+
+def demo_summary(d):  # the README's reading of the demo's output: reward and held-out pass@k
+    base, after = (demo_line(f"| {m} |")(d).split(" | ")[1].split("/")
+                   for m in ("runs/demo/tiny_seed0/model", "runs/demo/step_000150"))
+    rewards = [float(demo_line(f"step {k}/150 ")(d).split()[3]) for k in (1, 150)]
+    return (*rewards, base[0], after[0], base[1], after[1], d["wall_s"], d["commit"])
+
+
+def paper_run(table1):  # the paper's run by table1.py's constants: minutes, hours, disk
+    steps = 10 * table1.DEEPSCALER // 256
+    hours = [steps * minutes / 60 for minutes in table1.PLAN_STEP_MIN]
+    return (*table1.PLAN_STEP_MIN, *hours, *(table1.PLAN_GPUS * h for h in hours), steps,
+            table1.PLAN_CKPT_BYTES * table1.PLAN_PARAMS_B)
+
+
+def plan_estimate(printed):  # --plan's GPU-hours (to hundreds), days and disk, as printed
+    hours = re.search(r"~([\d,]+)-([\d,]+) GPU-hours", printed).groups()
+    return (*(round(int(h.replace(",", "")), -2) for h in hours),
+            *re.search(r"~(\d+)-(\d+) days", printed).groups(),
+            *re.search(r"~(\d+) GB of disk \(~(\d+) GB more", printed).groups())
+
+
 W8 = (2, 4, 8, 16, 64)
 FIGURES = [
+    # ------------------------------------------------ README.md: make demo's output, the code
+    *(Figure("README.md", "{}", DEMO, demo_line(f"step {k}/150 ")) for k in (1, 2, 50, 150)),
+    *(Figure("README.md", "{}", DEMO, demo_line(f"| {m} |"))
+      for m in ("runs/demo/tiny_seed0/model", "runs/demo/step_000150")),
+    Figure("README.md", "In 150 steps the reward goes from {:.2f} to {:.2f}, and held-out pass@1 "
+           "from {} to {} (pass@8: {} to {}); `make demo` took {} s on 2 shared cores at commit "
+           "{}.", DEMO, demo_summary),
+    Figure("README.md", "about {}-{} minutes a step on 8 H100s, so {:.0f}-{:.0f} hours, {:.0f}-"
+           "{:,.0f} GPU-hours, for the {:,} steps of 10 epochs; {:.0f} GB of disk",
+           "experiments/table1.py", paper_run),
+    Figure("README.md", "{:,}-{:,} GPU-hours for the six trainings and seven evaluations, **about "
+           "{}-{} days on one 8-GPU node**; about {} GB of disk, {} GB more", PLAN, plan_estimate),
+    Figure("README.md", "| " + " | ".join(["{} / {}"] * 6) + " |", "experiments/table1.py",
+           lambda t: tuple(x for run in ("grpo", "f-grpo", "dapo", "f-dapo", "cispo", "f-cispo")
+                           for x in t.PAPER[run])),
+    Figure("README.md", "**GRPO {:.1f}, DAPO {:.1f}, CISPO {:.1f}**", "fgrpo.py",
+           lambda m: tuple(m.PAPER_GAMMA[a] for a in ("grpo", "dapo", "cispo"))),
+    Figure("README.md", "in a plan of {:.0f} minutes ({:.0f} with vLLM)", "checks/gpu_check.py",
+           lambda m: (sum(m.PLAN_S.values()) / 60,
+                      (sum(m.PLAN_S.values()) + m.VLLM_START_S + m.VLLM_LOOP_S) / 60)),
+    Figure("README.md", "fits in `--grace` ({:g} s)", FLAGS, lambda f: f["--grace"]),
+    Figure("README.md", "Both are accepted on {:.0%} of the problems, only the last on {:.0%}, "
+           "only the first on {:.0%}", PROTOCOL,
+           at("mixes/tie/both", "mixes/tie/rare", "mixes/tie/common")),
+    Figure("README.md", "is confirmed, {} of {} seeds", SEEN,
+           lambda d: tuple(seen("frontier", "1/8", "pass@16", "gap", x)(d)
+                           for x in ("positive", "n"))),
+    Figure("README.md", "the confirmation: {:.0f} h on 2 cores", SEEN,
+           lambda d: d["times"]["wall_s"] / 3600),
+
     # ------------------------------------------------ README.md: --compare's calibration
     Figure("README.md", "p < 0.05 {:.1f}-{:.1f}% of the time (n 16 to 1,024, every k)",
            CALIBRATION, lowest_highest(shares("permutation", "null"))),
@@ -792,19 +862,56 @@ def _files(figure):
     return figure.file if isinstance(figure.file, tuple) else (figure.file,)
 
 
+def _load(name, root=ROOT):
+    """A figure's source: a results file's JSON, a TOML file, or the code: a module (its
+    constants, the paper's tables among them), the flags' defaults, what --plan prints."""
+    if name.endswith(".json"):
+        return json.loads((root / name).read_text())
+    if name.endswith(".toml"):
+        return tomllib.loads((root / name).read_text())
+    if name == FLAGS:  # {"--grace": 30.0, ...}
+        return {s: a.default for a in fgrpo.build_parser()._actions for s in a.option_strings}
+    if name == PLAN:  # experiments/table1.py --plan's estimate, printed
+        table1 = _load("experiments/table1.py")
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            table1.main(["--plan", "--work", str(ROOT / "runs" / "no-such-campaign")])
+        return printed.getvalue()
+    module = importlib.util.spec_from_file_location(Path(name).stem, ROOT / name)
+    loaded = importlib.util.module_from_spec(module)
+    module.loader.exec_module(loaded)
+    return loaded
+
+
+def _said(figure, files):
+    """The figure's words as its sources give them, whitespace runs as one space, and where in
+    them each figure read from a source stands: (words, [(start, end)])."""
+    values = figure.read(*(files[name] for name in _files(figure)))
+    values = list(values) if isinstance(values, tuple) else [values]
+    words, spans = "", []
+    for literal, field, spec, _ in string.Formatter().parse(figure.text):
+        words += literal
+        if field is not None:
+            value = " ".join(format(values.pop(0), spec).split())
+            spans.append((len(words), len(words) + len(value)))
+            words += value
+    assert not values and "  " not in words and "\n" not in words, figure.text
+    return words, spans
+
+
+def _pages_and_sources(figures, root):
+    pages = {f.page: " ".join((root / f.page).read_text().split()) for f in figures}
+    names = {name for f in figures for name in _files(f)}
+    return pages, {name: _load(name, root) for name in names}
+
+
 def figures_missing(figures, root=ROOT):
     """Each figure whose words, formatted from its file as it is now, are not in its page (its
     line breaks as spaces), as "page: the words (file)"."""
-    pages, files, missing = {}, {}, []
+    pages, files = _pages_and_sources(figures, root)
+    missing = []
     for figure in figures:
-        if figure.page not in pages:
-            pages[figure.page] = " ".join((root / figure.page).read_text().split())
-        for name in _files(figure):
-            if name not in files:
-                files[name] = json.loads((root / name).read_text())
-        values = figure.read(*(files[name] for name in _files(figure)))
-        said = " ".join(figure.text.format(*values if isinstance(values, tuple) else [values])
-                        .split())
+        said = _said(figure, files)[0]
         if said not in pages[figure.page]:
             missing.append(f"{figure.page}: {said!r} ({figure.file})")
     return missing
@@ -819,7 +926,8 @@ def test_the_docs_quote_each_figure_as_its_results_file_has_it():
 def test_a_figure_changed_in_the_readme_a_page_or_a_results_file_fails(tmp_path):
     def copy():  # the pages and the results files, as they are, into a fresh folder
         root = tmp_path / f"copy{len(list(tmp_path.iterdir()))}"
-        for name in {f.page for f in FIGURES} | {n for f in FIGURES for n in _files(f)}:
+        names = {f.page for f in FIGURES} | {n for f in FIGURES for n in _files(f)}
+        for name in (n for n in names if (ROOT / n).is_file()):
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(ROOT / name, root / name)
         return root
@@ -871,3 +979,74 @@ def test_a_time_measured_by_hand_says_where_and_when(tmp_path):
     bad.write_text("## A\n\nIt took 12 s on 2 idle cores.\n\nIt took 12 s on 2 cores at commit "
                    "abc1234.\n\nAbout 4 minutes a step on 8 GPUs.\n\n| a | 3 s |\n")
     assert _undated_times([bad]) == ["bad.md: It took 12 s on 2 idle cores."]
+
+
+# ---------------------------------------------------------------- no figure without a source
+# A figure that looks measured (a time, memory or disk, a ratio "1.4x", a percentage, a signed
+# difference, an interval, "N of M") in the README, CONTRIBUTING.md or docs/ stands where FIGURES
+# reads it from its source: a results file, the code (a constant, a default, what it prints),
+# PAPER_NUMBERS, or arithmetic on those that the reader redoes. One that has none is removed, or
+# gets a results file. "95% t interval" names a statistic, not a figure.
+NUM = r"(?<![\w.])\d[\d,]*(?:\.\d+)?"
+SPAN = NUM + r"(?:\s?(?:-|to)\s?\d[\d,]*(?:\.\d+)?)?"  # 4-6, 1.5 to 1.8
+LOOKS_MEASURED = re.compile("|".join([
+    SPAN + r" ?(?:ms|s|seconds?|min|minutes?|h|hours?|days?|CPU-min|GPU-hours?)\b",
+    SPAN + r" ?(?:[KMGT]i?B|bytes|terabytes)\b",
+    NUM + r"x\b",
+    SPAN + r" ?%(?! (?:t |Student-t )?interval)",
+    r"(?<![\w.])[+\-\u2212]\d+\.\d\d+",
+    r"\[[+\-\u2212]?\d+\.\d+, [+\-\u2212]?\d+\.\d+\]",
+    NUM + r" of (?:the |its )?\d[\d,]*\b"]))
+# pages whose figures are not yet all registered: each leaves this set when they are
+NOT_YET_SCANNED = {f"docs/{name}.md" for name in (
+    "bench", "eval", "integrations", "paper-run", "smollm2", "table1", "verification",
+    "verified-where", "why-focal")}
+
+
+def unregistered_figures(pages, figures, root=ROOT):
+    """Each figure of `pages` that looks measured and has a number that no figure of `figures`
+    reads from a source where it stands, as "page: the figure in its words around"."""
+    texts, files = _pages_and_sources(figures, root)
+    fields = {}  # page -> where a figure read from a source stands in it
+    for figure in figures:
+        said, spans = _said(figure, files)
+        at = texts[figure.page].find(said)
+        while at >= 0:
+            fields.setdefault(figure.page, []).extend((at + a, at + b) for a, b in spans)
+            at = texts[figure.page].find(said, at + 1)
+    found = []
+    for page in pages:
+        text = " ".join((root / page).read_text().split())
+        for hit in LOOKS_MEASURED.finditer(text):
+            numbers = [(hit.start() + m.start(), hit.start() + m.end())
+                       for m in re.finditer(r"\d(?:[\d,.]*\d)?", hit.group())]
+            if not all(any(a <= x and y <= b for a, b in fields.get(page, ()))
+                       for x, y in numbers):
+                around = text[max(0, hit.start() - 40):hit.end() + 20]
+                found.append(f"{page}: {hit.group()!r} in {around!r}")
+    return found
+
+
+def test_no_figure_in_the_docs_without_a_registered_source():
+    pages = [str(p.relative_to(ROOT)) for p in DOCS]
+    found = unregistered_figures([p for p in pages if p not in NOT_YET_SCANNED], FIGURES)
+    assert not found, "a figure with no source in FIGURES (CONTRIBUTING.md):\n" + "\n".join(found)
+
+
+def test_a_planted_or_changed_figure_fails_the_scan(tmp_path):
+    names = {f.page for f in FIGURES} | {n for f in FIGURES for n in _files(f)} | {"docs/bench.md"}
+    for name in (n for n in names if (ROOT / n).is_file()):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    bench = tmp_path / "docs" / "bench.md"
+    bench.write_text(bench.read_text() + "\nA bench run takes 42 s.\n")
+    planted = [f for f in unregistered_figures(["docs/bench.md"], FIGURES, tmp_path) if "42" in f]
+    assert [f.split(" in ")[0] for f in planted] == ["docs/bench.md: '42 s'"]
+    readme = tmp_path / "README.md"  # a figure of the demo's output changed by hand
+    line = next(x for x in readme.read_text().splitlines() if x.startswith("step 2/"))
+    changed = re.sub(r"loss [+-]\d", "loss -7", line)
+    assert changed != line
+    readme.write_text(readme.read_text().replace(line, changed))
+    found = [f.split(" in ")[0] for f in unregistered_figures(["README.md"], FIGURES, tmp_path)]
+    assert f"README.md: '{changed.split('loss ')[1][:5]}'" in found  # and the rest of its line
+    assert [m.split(": ")[0] for m in figures_missing(FIGURES, tmp_path)] == ["README.md"]
