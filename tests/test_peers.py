@@ -1,0 +1,205 @@
+"""Tests of experiments/peers.py: each peer's advantages by hand on small groups and against its
+own definition enumerated (PKPO's k-subsets, Pass@k Training's bootstrap over every k-subset), the
+prompt weight w(mu) against closed forms, and the sample hook that gives two peers what they
+read."""
+import importlib
+import itertools
+import math
+import statistics
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import fgrpo
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository
+OPTIONS = SimpleNamespace(k=4, beta=0.25, lam=0.1, gamma=1.0)  # the protocol's, as adapted
+
+
+@pytest.fixture
+def peers(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    return importlib.import_module("peers")
+
+
+def every_vector(n):
+    return [list(v) for v in itertools.product((0, 1), repeat=n)]
+
+
+def sample(answer, mean_logprob=0.0):  # what the two sample-reading peers read of a sample
+    return SimpleNamespace(answer=answer, mean_logprob=mean_logprob)
+
+# ---------------------------------------------------------------- against their definitions
+def test_pkpo_against_every_k_subset_of_its_eq_33(peers):
+    # Eq. 33 written out: s_i = 1/C(n,k) sum over the k-subsets I holding i of
+    # (max_I g - max_{I minus i} g), every 0/1 vector of groups of 5 and 8 at several k
+    for n, k in ((5, 2), (5, 3), (8, 2), (8, 4), (8, 8)):
+        vectors = every_vector(n)
+        got = peers.pkpo_advantages(torch.tensor(vectors), None, SimpleNamespace(k=k))
+        for g, row in zip(vectors, got.tolist()):
+            subsets = list(itertools.combinations(range(n), k))
+            want = [sum(max(g[j] for j in s) - max([g[j] for j in s if j != i], default=0)
+                        for s in subsets if i in s) / len(subsets) for i in range(n)]
+            assert row == pytest.approx(want, abs=1e-6), (n, k, g)
+
+
+def test_passk_training_against_its_bootstrap_over_every_k_subset(peers):
+    # the definition the analytical form replaces: each k-subset rewarded with its max, the
+    # subsets' rewards normalised by their mean and std, a response's advantage the mean over the
+    # subsets that hold it
+    for n, k in ((5, 2), (8, 4), (8, 3)):
+        vectors = every_vector(n)
+        got = peers.passk_training_advantages(torch.tensor(vectors), None, SimpleNamespace(k=k))
+        for g, row in zip(vectors, got.tolist()):
+            subsets = list(itertools.combinations(range(n), k))
+            rewards = [max(g[j] for j in s) for s in subsets]
+            mean = statistics.fmean(rewards)
+            std = statistics.pstdev(rewards)
+            want = [statistics.fmean((rs - mean) / (std + 1e-6)
+                                     for s, rs in zip(subsets, rewards) if i in s)
+                    for i in range(n)]
+            assert row == pytest.approx(want, abs=1e-4), (n, k, g)
+
+# ---------------------------------------------------------------- by hand
+def test_each_peer_by_hand_on_a_group_of_four(peers):
+    one = torch.tensor([[1, 0, 0, 0]])
+    two = SimpleNamespace(k=2, lam=0.1)
+    # PKPO at k 2: the correct one, C(3, 1) / C(4, 2) = 1/2; the wrong ones 0
+    assert peers.pkpo_advantages(one, None, two).tolist() == [[0.5, 0, 0, 0]]
+    # Pass@k Training at k 2: mean 1 - C(3,2)/C(4,2) = 1/2, std 1/2; correct (1 - 1/2) / (1/2),
+    # wrong (1 - 1/2 - C(2,1)/C(3,1)) / (1/2) = -1/3
+    got = peers.passk_training_advantages(one, None, two)
+    assert got.tolist()[0] == pytest.approx([1, -1 / 3, -1 / 3, -1 / 3], abs=1e-5)
+    # W-REINFORCE: +lambda, -1
+    got = peers.w_reinforce_advantages(one, None, two)
+    assert got.tolist()[0] == pytest.approx([0.1, -1, -1, -1])
+    # MaxRL: pass rate 1/4; (1 - 1/4) / (1/4) = 3, (0 - 1/4) / (1/4) = -1 (and the eps 1e-6)
+    got = peers.maxrl_advantages(one, None, two)
+    assert got.tolist()[0] == pytest.approx([3, -1, -1, -1], abs=1e-4)
+
+
+def test_darling_by_hand_rewards_the_correct_answer_its_group_rarely_gives(peers):
+    # answers 3, 7, 3, 5; 3 and 7 accepted: the others of another class, of 3: 2/3 for each 3,
+    # 1 for the 7 and the 5; r * Div = 2/3, 1, 2/3, 0, mean 7/12
+    rewards = torch.tensor([[1, 1, 1, 0]])
+    samples = [sample(a) for a in "3735"]
+    got = peers.darling_advantages(rewards, samples, OPTIONS)
+    assert got.tolist()[0] == pytest.approx([1 / 12, 5 / 12, 1 / 12, -7 / 12])
+    # the same rewards, one answer only: a correct sample's diversity is the wrong one alone
+    got = peers.darling_advantages(rewards, [sample(a) for a in "3335"], OPTIONS)
+    assert got.tolist()[0] == pytest.approx([1 / 3 - 1 / 4] * 3 + [-1 / 4])
+
+
+def test_unlikeliness_reward_lowers_the_likelier_correct_samples(peers):
+    # mean log-probs -0.1, -2.0, -0.5, -0.3: ranks from the least likely 3, 0, 1, 2; the correct
+    # ones' rewards 1 - 0.25 * rank / 4 = 0.8125, 1, 0.9375; the wrong one 0; then GRPO's
+    # normalisation (unbiased std, as torch.std)
+    rewards = torch.tensor([[1, 1, 1, 0]])
+    samples = [sample("3", lp) for lp in (-0.1, -2.0, -0.5, -0.3)]
+    shaped = [0.8125, 1.0, 0.9375, 0.0]
+    mean, std = statistics.fmean(shaped), statistics.stdev(shaped)
+    got = peers.unlikeliness_advantages(rewards, samples, OPTIONS).tolist()[0]
+    assert got == pytest.approx([(x - mean) / (std + 1e-6) for x in shaped], abs=1e-6)
+    assert got[1] > got[2] > got[0] > 0 > got[3]  # the least likely correct sample gains most
+    # tied log-probs share their mean rank: the same answer, the same advantage
+    tied = [sample("3", lp) for lp in (-0.5, -0.5, -2.0, -0.3)]
+    got = peers.unlikeliness_advantages(rewards, tied, OPTIONS).tolist()[0]
+    assert got[0] == got[1] and got[2] > got[0]
+    # beta 0 is GRPO's advantage
+    got = peers.unlikeliness_advantages(rewards, samples, SimpleNamespace(beta=0.0))
+    assert got[0].tolist() == pytest.approx(fgrpo.group_advantages(rewards)[0].tolist(), abs=1e-6)
+
+
+ZERO_WHERE_ALL_EQUAL = ["pkpo", "passk_training", "maxrl", "unlikeliness", "darling"]
+
+
+@pytest.mark.parametrize("name", [*ZERO_WHERE_ALL_EQUAL, "w_reinforce"])
+def test_groups_all_correct_or_all_wrong(peers, name):
+    # zero where the method says so; W-REINFORCE has no baseline: +lambda and -1 as they are
+    advantages = getattr(peers, f"{name}_advantages")
+    rewards = torch.tensor([[1] * 8, [0] * 8])
+    samples = [sample("3", -0.1 * i) for i in range(16)]
+    got = advantages(rewards, samples, OPTIONS)
+    if name in ZERO_WHERE_ALL_EQUAL:
+        assert got.abs().max() == 0, got
+    else:
+        assert got.flatten().tolist() == pytest.approx([0.1] * 8 + [-1.0] * 8)
+    if name == "darling":  # all correct with two answers: each is rarer than all-one-answer
+        two = [sample(a) for a in "33333377"]
+        assert peers.darling_advantages(rewards[:1], two, OPTIONS).abs().max() > 0
+
+# ---------------------------------------------------------------- the prompt weight w(mu)
+MUS = (0.02, 0.1, 0.3, 0.5, 0.8, 0.97)
+
+
+def test_prompt_weight_against_closed_forms(peers):
+    # PKPO: k (1 - mu)^(k-1), the gradient of pass@k, at any N >= k (Theorem 2's unbiasedness)
+    for n, k in ((4, 2), (4, 4), (6, 3), (8, 2), (8, 4), (8, 8)):
+        for mu in MUS:
+            got = peers.prompt_weight(peers.pkpo_advantages, mu, n, SimpleNamespace(k=k))
+            assert got == pytest.approx(k * (1 - mu) ** (k - 1), rel=1e-5), (n, k, mu)
+    for mu in MUS:
+        # MaxRL: N (1 - (1 - mu)^(N-1)) / mu = N sum_{j<N} (1-mu)^(j-1), by the binomial identity
+        # E[1 / (1 + Bin(N-1, mu))] = (1 - (1 - mu)^N) / (N mu)
+        got = peers.prompt_weight(peers.maxrl_advantages, mu, 8, OPTIONS)
+        assert got == pytest.approx(8 * (1 - (1 - mu) ** 7) / mu, rel=1e-4)
+        # W-REINFORCE: N (lambda + 1), the same weight for every prompt
+        got = peers.prompt_weight(peers.w_reinforce_advantages, mu, 8, OPTIONS)
+        assert got == pytest.approx(8 * 1.1, rel=1e-6)
+        # Dr. GRPO's R_i - mean: N (1 - 1/N) = N - 1
+        got = peers.prompt_weight(lambda r, s, a: fgrpo.group_advantages(r, std=False), mu, 8,
+                                  OPTIONS)
+        assert got == pytest.approx(7, rel=1e-6)
+
+
+def test_prompt_weight_of_grpo_and_f_grpo_against_the_binomial_sum(peers):
+    # GRPO with X correct of N: a correct sample (1 - X/N) / (s_X + eps), a wrong one
+    # -(X/N) / (s_X + eps), s_X the unbiased std sqrt(X (N - X) / (N (N - 1))); F times
+    # (1 - X/N)^gamma (Eq. 12); the other N - 1 samples hold Bin(N - 1, mu) correct ones
+    n = 8
+
+    def a(x, correct, gamma):
+        if x in (0, n):
+            return 0.0
+        s = math.sqrt(x * (n - x) / (n * (n - 1)))
+        return (1 - x / n) ** gamma * (int(correct) - x / n) / (s + 1e-6)
+
+    def binom(j, mu):
+        return math.comb(n - 1, j) * mu ** j * (1 - mu) ** (n - 1 - j)
+    for gamma in (0.0, 0.5, 1.0):
+        for mu in MUS:
+            want = n * sum(binom(j, mu) * (a(j + 1, True, gamma) - a(j, False, gamma))
+                           for j in range(n))
+            got = peers.prompt_weight(fgrpo.focal_advantages, mu, n, SimpleNamespace(gamma=gamma))
+            assert got == pytest.approx(want, rel=1e-5), (gamma, mu)
+
+
+def test_prompt_weight_of_passk_training_is_zero_where_n_minus_k_always_pass(peers):
+    # at mu near 1 nearly every group has under k wrong, where every advantage is 0: w -> 0; a
+    # prompt it weighs less than GRPO's everywhere above mu 1/2 here
+    for mu in (0.6, 0.8, 0.95):
+        got = peers.prompt_weight(peers.passk_training_advantages, mu, 8, OPTIONS)
+        grpo = peers.prompt_weight(fgrpo.focal_advantages, mu, 8, SimpleNamespace(gamma=0.0))
+        assert 0 < got < grpo
+    assert peers.prompt_weight(peers.passk_training_advantages, 0.999, 8, OPTIONS) < 1e-3
+
+# ---------------------------------------------------------------- the sample hook
+def test_sample_for_peers_gives_the_old_mean_logprob_and_the_answer(peers):
+    model, tok, _, _ = fgrpo.build_tiny(0, warm_steps=0)
+    model.eval()
+    args = fgrpo.parse_args(["--model", "tiny", "--max-new-tokens", "6"])
+    prompts = ["(39147)=", "(52860)="]
+    samples = peers.sample_for_peers(model, tok, None, prompts, 3, args, seed=1)
+    assert len(samples) == 6 and samples[0].prompt_ids == samples[2].prompt_ids
+    for s in samples:  # one (prompt, completion) at a time, a plain forward: log_softmax
+        ids = torch.tensor([s.prompt_ids + s.completion_ids])
+        with torch.no_grad():
+            logp = model(ids).logits[0, :-1].log_softmax(-1)
+        rows = range(len(s.prompt_ids) - 1, ids.shape[1] - 1)
+        want = statistics.fmean(float(logp[t, ids[0, t + 1]]) for t in rows)
+        assert s.mean_logprob == pytest.approx(want, abs=1e-4)
+        text = tok.decode(s.completion_ids, skip_special_tokens=True)
+        assert s.answer == peers.answer_of(text)
+    assert peers.answer_of("\\boxed\\boxed{7}") == "7" and peers.answer_of("no box ") == "no box"
