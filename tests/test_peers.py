@@ -172,7 +172,7 @@ def test_prompt_weight_of_grpo_and_f_grpo_against_the_binomial_sum(peers):
         for mu in MUS:
             want = n * sum(binom(j, mu) * (a(j + 1, True, gamma) - a(j, False, gamma))
                            for j in range(n))
-            got = peers.prompt_weight(fgrpo.focal_advantages, mu, n, SimpleNamespace(gamma=gamma))
+            got = peers.prompt_weight(fgrpo.Hooks().advantages, mu, n, SimpleNamespace(gamma=gamma))
             assert got == pytest.approx(want, rel=1e-5), (gamma, mu)
 
 
@@ -181,7 +181,7 @@ def test_prompt_weight_of_passk_training_is_zero_where_n_minus_k_always_pass(pee
     # prompt it weighs less than GRPO's everywhere above mu 1/2 here
     for mu in (0.6, 0.8, 0.95):
         got = peers.prompt_weight(peers.passk_training_advantages, mu, 8, OPTIONS)
-        grpo = peers.prompt_weight(fgrpo.focal_advantages, mu, 8, SimpleNamespace(gamma=0.0))
+        grpo = peers.prompt_weight(fgrpo.Hooks().advantages, mu, 8, SimpleNamespace(gamma=0.0))
         assert 0 < got < grpo
     assert peers.prompt_weight(peers.passk_training_advantages, 0.999, 8, OPTIONS) < 1e-3
 
