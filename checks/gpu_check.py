@@ -588,7 +588,7 @@ def deterministic_mode():
 LOOP_CHILD = r"""
 import sys
 root = sys.argv.pop(1)
-sys.path[:0] = [root, root + "/bench"]
+sys.path[:0] = [root, root + "/checks"]
 import torch
 import fgrpo
 import gpu_check

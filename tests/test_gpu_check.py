@@ -257,7 +257,7 @@ def test_gpu_check_reads_a_fused_padded_engine_back_by_its_parts():
 
 SYNC_HARNESS = r"""
 import json, sys
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
 sys.modules["vllm"] = None  # the stand-in engine, as on a GPU node without vLLM
 import torch, fgrpo, gpu_check
 torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
@@ -332,7 +332,7 @@ def test_gpu_check_sync_under_fsdp2_fails_a_sync_that_skips_a_norm_or_the_tied_w
 
 PLAN_HARNESS = r"""
 import json, signal, subprocess, sys, time
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
 from pathlib import Path
 import gpu_check
 gpu_check.GRACE_S = 0.5
@@ -378,7 +378,7 @@ def test_gpu_check_stops_a_part_at_its_mark_and_ends_a_stuck_one_with_the_check(
 
 SET_UP_HARNESS = r"""
 import signal, sys, time
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
 time.sleep(4)  # slow imports, as from a cold file system
 import gpu_check
 gpu_check.GRACE_S = 0.5
@@ -642,7 +642,7 @@ def test_gpu_check_takes_no_verdict_an_earlier_check_left_in_its_work_folder(tmp
 
 RANKS_HARNESS = r"""
 import os, sys
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
 import fgrpo, gpu_check
 def planted(device, work, loop, plan, state):  # rank 1 fails; rank 0 leaves a run behind
     if fgrpo.RANK == 0:
@@ -679,7 +679,7 @@ def test_gpu_check_reports_every_ranks_verdict_and_leaves_no_process_behind(tmp_
 
 VLLM_SYNC_HARNESS = r"""
 import json, sys, tempfile
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
 import torch, fgrpo, gpu_check
 torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
                                      world_size=1)
