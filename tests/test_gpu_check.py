@@ -97,7 +97,7 @@ def _check_the_judge_fails_a_changed_run(work, r, stopped, log):
 def _check_what_the_stand_in_reports(r):
     """The stand-in's results beyond pass or fail."""
     assert r["rollout"]["sampler"] == ("vllm" if importlib.util.find_spec("vllm") else
-                                       "transformers generate() (vLLM is not installed)")
+                                       "transformers generate() (--rollout hf)")
     # the plan counts from the process's start: the imports (torch's alone takes seconds) are in
     # the first part's time
     assert r["seconds"]["setup"] > r["imports_s"] > 1
@@ -412,7 +412,7 @@ def test_gpu_check_watches_the_process_group_set_up_from_the_process_start(tmp_p
     assert r["checks"] == {"setup": False} and r["shares_s"] == {"setup": 15, "train": 15}
 
 
-def test_gpu_check_time_plan_is_the_one_the_docs_state(monkeypatch):
+def test_gpu_check_time_plan_is_the_one_the_docs_state():
     # the plan's totals, with and without vLLM, as the Makefile, README and docs/bench.md state
     # them, and docs/bench.md's table of shares; --budget scales the whole plan, so a part run
     # alone (--parts) has the time it has in a full check, not the whole budget
@@ -433,14 +433,16 @@ def test_gpu_check_time_plan_is_the_one_the_docs_state(monkeypatch):
     rows += [f"| (rollout, vLLM) | +{gpu_check.VLLM_START_S} s |",
              f"| (loop, vLLM) | +{gpu_check.VLLM_LOOP_S} s |", f"| total | {plan} s |"]
     assert all(row in bench for row in rows), rows
-    for installed, total in ((False, plan), (True, with_vllm)):
-        monkeypatch.setattr(gpu_check, "vllm_installed", lambda: installed)
-        whole = gpu_check.time_shares(gpu_check.parse_args([]))
+    for rollout, total in (("hf", plan), ("vllm", with_vllm)):
+        installed = rollout == "vllm"
+        whole = gpu_check.time_shares(gpu_check.parse_args(["--rollout", rollout]))
         assert sum(whole.values()) == total and list(whole) == list(gpu_check.PLAN_S)
-        alone = gpu_check.time_shares(gpu_check.parse_args(["--parts", "loop", "--budget", "360"]))
+        alone = gpu_check.time_shares(gpu_check.parse_args(["--parts", "loop", "--budget", "360",
+                                                            "--rollout", rollout]))
         loop = 330 + (gpu_check.VLLM_LOOP_S if installed else 0)
         assert alone == {"loop": pytest.approx(loop * 360 / total)}
-        some = gpu_check.time_shares(gpu_check.parse_args(["--parts", "rollout,loop"]))
+        some = gpu_check.time_shares(gpu_check.parse_args(["--parts", "rollout,loop",
+                                                           "--rollout", rollout]))
         assert some == {"setup": 60, "rollout": 90 + installed * 180, "loop": loop}
 
 
@@ -573,6 +575,25 @@ def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_
     with pytest.raises(SystemExit) as stop:
         _gpu_check().main(["--device", "cpu", "--small", "--out", str(tmp_path / "r.json")])
     assert "`make gpu-wheels`" in str(stop.value.code) and not (tmp_path / "r.json").exists()
+
+
+def test_gpu_check_on_a_gpu_without_vllm_stops_at_once_unless_rollout_hf(tmp_path, monkeypatch):
+    # a GPU node without vLLM: the check must not pass on the stand-in engine and generate(), as
+    # if the run would work; it stops in one line naming the install, before building anything.
+    # --rollout hf asks for the rest without vLLM; on a CPU the stand-in is the rehearsal's
+    gpu_check = _gpu_check()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "vllm", None)  # find_spec("vllm") is then None
+    with pytest.raises(SystemExit) as stop:
+        gpu_check.main(["--out", str(tmp_path / "r.json")])
+    said = str(stop.value.code)
+    assert "\n" not in said and "pip install vllm==0.32.0" in said and "--rollout hf" in said
+    assert not (tmp_path / "r.json").exists()
+    a = gpu_check.parse_args(["--rollout", "hf"])
+    gpu_check.check_needs(a)  # no exit
+    assert gpu_check.loop_config(a)["rollout"] == "hf"
+    assert sum(gpu_check.time_shares(a).values()) == sum(gpu_check.PLAN_S.values())  # no starts
+    assert gpu_check.parse_args(["--device", "cpu"]).rollout == "hf"  # the stand-in, on a CPU
 
 
 def test_gpu_check_sizes_are_valid_at_one_to_eight_gpus(monkeypatch):
