@@ -130,12 +130,12 @@ MUTANTS = [
         "a tied model's one weight (Qwen2.5-0.5B's) stays stale in vLLM"),
     # ---- the loop and checkpoints
     bug("loop_data_stream_stuck", "fgrpo.py",
-        "self.position += count",
-        "self.position += 0",
+        "        position += args.prompts",
+        "        position += 0",
         "every step trains on the same problems"),
     bug("loop_same_shuffle_every_epoch", "fgrpo.py",
-        "epoch_order(size, self.seed + p // size)",
-        "epoch_order(size, self.seed)",
+        "epoch_order(size, seed + p // size)",
+        "epoch_order(size, seed)",
         "every epoch in the same order"),
     bug("loop_warmup_starts_at_zero", "fgrpo.py",
         "min(1.0, (s + 1) / max(1, args.warmup))",
@@ -311,9 +311,9 @@ MUTANTS = [
         "--compare keeps quiet that its two folders were sampled at other settings"),
     # ---- an experiment's hook (train() calls it only in a slow run)
     bug("experiment_advantages_hook_gamma_by_keyword", "experiments/see_it_happen.py",
-        "def advantages(rewards, gamma=0.0, eps=1e-6, correct=None):",
-        "def advantages(rewards, *, gamma=0.0, eps=1e-6, correct=None):",
-        "the exact-update arm's hook cannot take run_step's gamma: it fails an hour into the run"),
+        "    def advantages(rewards, samples, args):",
+        "    def advantages(rewards, *, samples, args):",
+        "the exact-update arm's hook cannot take run_step's call: it fails an hour into the run"),
     # ---- checkpoints
     bug("checkpoint_keep_weights_ignored", "fgrpo.py",
         'old / "optimizer" if keep_weights and',
@@ -341,6 +341,12 @@ MUTANTS = [
         "    if unloaded:  # it would sample on with the stale weights",
         "    if unloaded and False:  # it would sample on with the stale weights",
         "a weight vLLM did not load goes unsaid: it samples on with the stale one"),
+    bug("sync_weights_fails_asleep", "fgrpo.py",
+        "        if cuda:\n            torch.cuda.empty_cache()\n"
+        "            engine.wake_up(tags=[\"kv_cache\"])",
+        "        pass\n    if cuda:\n        torch.cuda.empty_cache()\n"
+        "        engine.wake_up(tags=[\"kv_cache\"])",
+        "a load that raises leaves vLLM paused: its next generate() spins, the error unseen"),
     bug("gpu_check_read_back_ignores_fusion", "checks/gpu_check.py",
         'fused = next((k for k in packed if f".{k}." in name), None)',
         'fused = None',
