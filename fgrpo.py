@@ -601,7 +601,7 @@ def start_vllm(args, path, model):
 def sync_weights(engine, model):
     """Wake vLLM and stream the trainer's weights in (vLLM 0.32.0's reload_weights takes any
     iterable). Level-2 sleep dropped vLLM's weights: wake them first, the KV cache last. Raises
-    where vLLM says it did not load one."""
+    where vLLM says it did not load one, the engine awake all the same."""
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.empty_cache()
@@ -615,15 +615,15 @@ def sync_weights(engine, model):
     logging.getLogger("vllm").addHandler(heard)
     try:
         engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
-    finally:
+    finally:  # awake even if the load failed: a paused engine's next generate() would spin
         logging.getLogger("vllm").removeHandler(heard)
+        if cuda:
+            torch.cuda.empty_cache()
+            engine.wake_up(tags=["kv_cache"])
     said = [s for s in said if not s.endswith(VLLM_SYNC_NOTE)]  # no weights in a rotary
     unloaded = "; ".join(s for s in said if "not loaded" in s or "Failed to load" in s)
     if unloaded:  # it would sample on with the stale weights
         raise RuntimeError(f"vLLM did not load every weight the trainer sent: {unloaded}")
-    if cuda:
-        torch.cuda.empty_cache()
-        engine.wake_up(tags=["kv_cache"])
     engine.reset_prefix_cache()  # cached KV came from the old weights
 # ------------------------------------------------------------------------------------------------
 # Rewards: verl's math-verify reward (verl_reward, verify). Below them, plumbing a first read may
