@@ -1062,6 +1062,8 @@ def show(name, passed, result, seconds, plan):
     """The part's one line: rank 0's, or any rank's failure."""
     if fgrpo.RANK == 0 or not passed:
         verdict = "ok" if passed else f"FAILED on rank {fgrpo.RANK}"
+        if passed and result.get("failed_on_ranks"):
+            verdict = f"ok here, FAILED on rank(s) {result['failed_on_ranks']}"
         shown = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                           for k, v in result.items() if not isinstance(v, (list, dict)))
         timing = f"{seconds:.1f} s of {plan.shares[name]:.4g} s"

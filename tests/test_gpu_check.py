@@ -795,6 +795,7 @@ def test_gpu_check_reports_every_ranks_verdict_and_leaves_no_process_behind(tmp_
                                "loop": {"error": "RuntimeError: planted on rank 1",
                                         "failed_on_ranks": [1]}}
     assert "[loop] FAILED on rank 1" in out.stdout + out.stderr
+    assert "[loop] ok here, FAILED on rank(s) [1]" in out.stdout  # rank 0's line
     assert "between parts" not in out.stdout + out.stderr  # rank 1 exited 0: no SIGTERM to 0
     left = Path(f"/proc/{int((tmp_path / 'left.pid').read_text())}/status")
     assert not left.exists() or "zombie" in left.read_text()
