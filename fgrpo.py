@@ -588,8 +588,8 @@ def start_vllm(args, path, model):
     return engine  # awake, with the weights it loaded
 
 def sync_weights(engine, model):
-    """Wake vLLM's weights (level-2 sleep dropped them), stream the trainer's in (reload_weights
-    takes any iterable), then its KV cache. Raises where vLLM says it did not load one."""
+    """Wake vLLM's weights (level-2 sleep dropped them), stream the trainer's in, then wake its KV
+    cache, after an error too. Raises where vLLM says it did not load one."""
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.empty_cache()
@@ -603,19 +603,19 @@ def sync_weights(engine, model):
     logging.getLogger("vllm").addHandler(heard)
     try:
         engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
-    finally:
+    finally:  # awake even if the load failed: a paused engine's next generate() would spin
         logging.getLogger("vllm").removeHandler(heard)
+        if cuda:
+            torch.cuda.empty_cache()
+            engine.wake_up(tags=["kv_cache"])
     said = [s for s in said if not s.endswith(VLLM_SYNC_NOTE)]  # no weights in a rotary
     unloaded = "; ".join(s for s in said if "not loaded" in s or "Failed to load" in s)
     if unloaded:  # it would sample on with the stale weights
         raise RuntimeError(f"vLLM did not load every weight the trainer sent: {unloaded}")
-    if cuda:
-        torch.cuda.empty_cache()
-        engine.wake_up(tags=["kv_cache"])
     engine.reset_prefix_cache()  # cached KV came from the old weights
 # ------------------------------------------------------------------------------------------------
 # Rewards: verl's math-verify reward (verl_reward, verify). Below them, plumbing a first read may
-# skip: worker processes, a timeout a message (math-verify's signal.alarm cannot stop a hang in C).
+# skip: worker processes, a timeout a task (math-verify's signal.alarm cannot stop a hang in C).
 def verl_reward(completion, gold):
     """verl's compute_score (verl/utils/reward_score/math_verify.py), the paper's reward: gold as
     \\boxed{gold}, LaTeX extraction; the whole completion, expression and LaTeX extraction."""

