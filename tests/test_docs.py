@@ -971,6 +971,15 @@ def test_a_figure_changed_in_the_readme_a_page_or_a_results_file_fails(tmp_path)
     assert [m.split(": ")[0] for m in figures_missing(FIGURES, root)] == ["docs/integrations.md"]
 
 
+def test_a_results_file_records_its_command_without_a_scratch_path():
+    tracked = subprocess.run(["git", "ls-files", "*.json"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.split()
+    commands = {name: json.loads((ROOT / name).read_text()).get("command") for name in tracked}
+    absolute = [f"{name}: {c}" for name, c in commands.items()
+                if isinstance(c, str) and re.search(r"(?:^|[\s=])/", c)]
+    assert not absolute, "bench/run.py records --out relative:\n" + "\n".join(absolute)
+
+
 # ---------------------------------------------------------------- times measured by hand
 MEASURED = re.compile(r"\b\d[\d,.]*\s?(?:s|ms|min|minutes|CPU-min)\b")  # a time ...
 ON_CORES = re.compile(r"\b\d+ (?:\w+ ){0,2}cores\b")  # ... on some of this project's cores
