@@ -836,6 +836,18 @@ FIGURES = [
     Figure("docs/why-focal.md", "(lr 3e-5: share {:.3f}, lost on {} prompt at step 96", SEEN,
            lambda d: (lambda share, lost: (share, "every" if lost == 1 else f"{lost:.0%} of the"))(
                *at("rare share", "rare lost")(seen("arms", "dapo_g0_lr3e-05_exact")(d)))),
+    Figure("docs/why-focal.md", "climbs pass@1 further ({:.3f} against {:.3f}): at matched pass@1 "
+           "the two lose it alike (lost on {:.2f} of the prompts at pass@1 {:.3f} at N 8, "
+           "on {:.2f} at {:.3f} exact)", SEEN, lambda d: (
+               *(seen("arms", f"dapo_g0_lr3e-05_{n}", "pass@1")(d) for n in ("exact", "n8")),
+               seen("frontier", "1/8", "rare lost", "medians_by_level", 3, 0)(d),
+               seen("frontier", "1/8", "pass@1", "level_pass@1", 3)(d),
+               seen("frontier", "1/exact", "rare lost", "medians_by_level", -1, 0)(d),
+               seen("frontier", "1/exact", "pass@1", "level_pass@1", -1)(d))),
+    Figure("docs/why-focal.md", "(DAPO at N 8 minus its exact update: " + CI3.replace("3f", "4f")
+           + " at k 32 to {:+.4f} at k 128", SEEN, lambda d: (
+               *seen_ci("versus_exact", "0/8 - 0/exact", "pass@32", "gap")(d),
+               seen("versus_exact", "0/8 - 0/exact", "pass@128", "gap", "mean")(d))),
     Figure("docs/why-focal.md", "(share {:.2f} to {:.2f} at lr 1e-4 to 3e-4)", SEEN,
            lowest_highest(seen_arms("rare share", *(f"dapo_g1_lr{lr}_exact"
                                                      for lr in ("0.0001", "0.0002", "0.0003"))))),
