@@ -707,8 +707,8 @@ FIGURES = [
            "{:+.4f} with it", TWO, clip("both", 1.0, 1)),
     Figure("docs/why-focal.md", "On a \"rare\" problem at gamma 0 it falls from {:+.3f} to {:+.3f}",
            TWO, clip("rare", 0.0, 1)),
-    Figure("docs/why-focal.md", "`python experiments/two_strategy.py` ({:.0f} minutes on 2 shared "
-           "cores, its results' `wall_s`)", TWO, lambda d: d["wall_s"] / 60),
+    Figure("docs/why-focal.md", "`python experiments/two_strategy.py --out runs/two` ({:.0f} minutes "
+           "on 2 shared cores, its results' `wall_s`", TWO, lambda d: d["wall_s"] / 60),
     *(Figure("docs/why-focal.md", f"| {optim} | " + " | ".join(["{:+.3f} [{:+.3f}, {:+.3f}]"] * 4)
              + " |", TWO, lambda d, o=optim.lower(): tuple(
                  x for g in ("0.5", "1") for arm in ("sampled", "exact")
