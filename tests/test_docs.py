@@ -13,6 +13,7 @@ import string
 import subprocess
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, NamedTuple
 
 import eval as evaluator  # eval.py; the alias keeps the builtin eval
@@ -473,6 +474,15 @@ def plan_estimate(printed):  # --plan's GPU-hours (to hundreds), days and disk, 
             *re.search(r"~(\d+) GB of disk \(~(\d+) GB more", printed).groups())
 
 
+def plan_evaluation(table1):  # table1.py's estimate of one evaluation of the six math benchmarks
+    args = SimpleNamespace(params_b=None, model="Qwen/Qwen2.5-7B", eval_flags="")
+    cost = table1.estimate(SimpleNamespace(kind="eval"), args)
+    problems = sum(table1.BENCH_SIZES[name] for name in table1.SIX_MATH.split(","))
+    n = evaluator.build_parser().get_default("n")
+    return (problems, n, *cost.gpu_hours, cost.disk_gb,
+            cost.disk_gb * 1e9 / (problems * n * table1.PLAN_TOKENS[1]))
+
+
 W8 = (2, 4, 8, 16, 64)
 FIGURES = [
     # ------------------------------------------------ README.md: make demo's output, the code
@@ -660,7 +670,12 @@ FIGURES = [
                *lowest_highest(shares("permutation", "power", k=1))(d))),
     Figure("docs/eval.md", "({:.2f} times at k = m = 256 of n = 1,024", CALIBRATION,
            lambda d: calibration(d, 1024, "subsampling", "null")["spread_factor"][-1]),
-    # ------------------------------------------------ docs/table1.md: the tiny campaign
+    # ------------------------------------------------ docs/table1.md: the estimate, the tiny run
+    Figure("docs/table1.md", "On disk one checkpoint ({:.0f} GB)", "experiments/table1.py",
+           lambda t: t.PLAN_CKPT_BYTES * t.PLAN_PARAMS_B),
+    Figure("docs/table1.md", "The six math benchmarks ({:,} problems) at n = {}: {:.0f}-{:.0f} "
+           "GPU-hours, and up to {:.0f} GB of samples (about {:.0f} bytes of JSON a token)",
+           "experiments/table1.py", plan_evaluation),
     Figure("docs/table1.md", "`k` [{}, {}], {}", TINY,
            lambda d: (*d["k"], "a note" if d["note"] else "no note")),
     Figure("docs/table1.md", "CISPO collapsed (pass@1 {:.1f}%, pass@256 {:.1f}%", TINY,
