@@ -722,8 +722,8 @@ FIGURES = [
            "{:+.4f} with it", TWO, clip("both", 1.0, 1)),
     Figure("docs/why-focal.md", "On a \"rare\" problem at gamma 0 it falls from {:+.3f} to {:+.3f}",
            TWO, clip("rare", 0.0, 1)),
-    Figure("docs/why-focal.md", "`python experiments/two_strategy.py --out runs/two` ({:.0f} minutes "
-           "on 2 shared cores, its results' `wall_s`", TWO, lambda d: d["wall_s"] / 60),
+    Figure("docs/why-focal.md", "`python experiments/two_strategy.py --out runs/two` ({:.0f} "
+           "minutes on 2 shared cores, its results' `wall_s`", TWO, lambda d: d["wall_s"] / 60),
     *(Figure("docs/why-focal.md", f"| {optim} | " + " | ".join(["{:+.3f} [{:+.3f}, {:+.3f}]"] * 4)
              + " |", TWO, lambda d, o=optim.lower(): tuple(
                  x for g in ("0.5", "1") for arm in ("sampled", "exact")
@@ -772,8 +772,6 @@ FIGURES = [
            (SEEN, SHAPED), seen_row(16)),
     Figure("README.md", "the rare strategy holds {:.0%} of the correct mass, pass@1 {:.2f}", SEEN,
            lambda d: (seen("base", "rare share", 0)(d), seen("base", "pass@1", 0)(d))),
-    Figure("README.md", "the base is already at {:.3f} and {:.3f}", SEEN,
-           lambda d: (seen("base", "pass@128", 0)(d), seen("base", "pass@256", 0)(d))),
     Figure("README.md", "lost it on {:.0%} of the held-out prompts under DAPO and {:.0%} under F",
            SEEN, lambda d: tuple(seen("frontier", "1/8", "rare lost", "medians_by_level", -1)(d))),
     Figure("README.md", "pass@1 {:.3f} against DAPO's {:.3f}", SEEN,
@@ -826,8 +824,6 @@ FIGURES = [
            "interval holds 0 at {} level of ten", SEEN, seen_above),
     Figure("docs/why-focal.md", "about two thirds of its mean over levels (k 16: {:+.3f})", SEEN,
            seen("frontier", "1/8", "pass@16", "by_level", -1, "mean")),
-    Figure("docs/why-focal.md", "There the base is at {:.3f} and {:.3f}", SEEN,
-           lambda d: (seen("base", "pass@128", 0)(d), seen("base", "pass@256", 0)(d))),
     Figure("docs/why-focal.md", "pass@1 rises from {:.3f} to {:.3f}, and at the end the rare "
            "strategy's share of the correct mass is {:.3f}", SEEN, lambda d: (
                seen("base", "pass@1", 0)(d),
