@@ -674,8 +674,8 @@ FIGURES = [
            "of the 64 problems (pass@256 {:.1f}%)", TINY, lambda d: (
                *(100 * d["runs"]["base"]["mean"]["held_out"][k] for k in ("1", "256")),
                100 * d["runs"]["dapo"]["mean"]["held_out"]["256"])),
-    Figure("docs/eval.md", "F-DAPO minus DAPO is {:+.1f} points of pass@1 (p {:.3f}) and {:+.1f} at "
-           "k = 256 (p {:.3f})", TINY, lambda d: tuple(
+    Figure("docs/eval.md", "F-DAPO minus DAPO is {:+.1f} points of pass@1 (p {:.3f}) and {:+.1f} "
+           "at k = 256 (p {:.3f})", TINY, lambda d: tuple(
                x for k in ("1", "256") for x in (
                    100 * d["pairs"]["dapo"]["columns"]["held_out"]["mean"][k][0],
                    d["pairs"]["dapo"]["columns"]["held_out"]["p"][k][0]))),
