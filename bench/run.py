@@ -243,6 +243,20 @@ def report(rows, parts):
               + "\n".join(f"  - {u}" for u in UNMATCHED))
 
 
+def recorded_command(out):
+    """This run's command as the results file records it: --out relative to the repository, so
+    that a committed file names no one's scratch folder (one outside it keeps its name alone)."""
+    out = out.resolve()
+    shown = str(out.relative_to(ROOT)) if out.is_relative_to(ROOT) else out.name
+    args = sys.argv[1:]
+    for i, arg in enumerate(args):
+        if arg.startswith("--out="):
+            args[i] = "--out=" + shown
+        elif i and args[i - 1] == "--out":
+            args[i] = shown
+    return shlex.join([Path(sys.executable).name, Path(sys.argv[0]).as_posix(), *args])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", default=bool(os.environ.get("BENCH_QUICK")),
@@ -272,8 +286,8 @@ def main():
                 errors[name] = str(e)
                 print(f"  FAILED: {e}", flush=True)
     report(rows, a.parts)
-    command = shlex.join([Path(sys.executable).name, *sys.argv])
     out = a.out or HERE / ("results.quick.json" if a.quick else "results.json")
+    command = recorded_command(out)
     out.write_text(json.dumps({
         "command": f"make bench ({command})" if "MAKELEVEL" in os.environ else command,
         "date": datetime.datetime.now().isoformat(timespec="seconds"), "quick": a.quick,

@@ -3,6 +3,7 @@ test exists, the files keep their budgets, and CONTRIBUTING.md states the rules 
 enforce (its messages point there)."""
 import contextlib
 import importlib.util
+import inspect
 import io
 import json
 import re
@@ -12,6 +13,7 @@ import string
 import subprocess
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, NamedTuple
 
 import eval as evaluator  # eval.py; the alias keeps the builtin eval
@@ -443,8 +445,8 @@ def seen_above(d):  # why-focal.md: where F at N 8 is above DAPO, on seeds and o
             WORDS[sum(s["lo"] <= 0 for s in by_k[64]["by_level"])])
 
 
-def tiny_pass256(d):  # table1_tiny.json: pass@256 (%) of the base model and every stable run
-    return [100 * r["mean"]["math_avg"]["256"] for name, r in d["runs"].items() if name != "cispo"]
+def tiny_pass256(d):  # table1_tiny.json: pass@256 (%) of the base model and every run
+    return [100 * r["mean"]["math_avg"]["256"] for r in d["runs"].values()]
 
 
 def demo_line(start):  # the line of make demo's output that starts so
@@ -470,6 +472,15 @@ def plan_estimate(printed):  # --plan's GPU-hours (to hundreds), days and disk, 
     return (*(round(int(h.replace(",", "")), -2) for h in hours),
             *re.search(r"~(\d+)-(\d+) days", printed).groups(),
             *re.search(r"~(\d+) GB of disk \(~(\d+) GB more", printed).groups())
+
+
+def plan_evaluation(table1):  # table1.py's estimate of one evaluation of the six math benchmarks
+    args = SimpleNamespace(params_b=None, model="Qwen/Qwen2.5-7B", eval_flags="")
+    cost = table1.estimate(SimpleNamespace(kind="eval"), args)
+    problems = sum(table1.BENCH_SIZES[name] for name in table1.SIX_MATH.split(","))
+    n = evaluator.build_parser().get_default("n")
+    return (problems, n, *cost.gpu_hours, cost.disk_gb,
+            cost.disk_gb * 1e9 / (problems * n * table1.PLAN_TOKENS[1]))
 
 
 W8 = (2, 4, 8, 16, 64)
@@ -553,12 +564,20 @@ FIGURES = [
     Figure("docs/bench.md", "{:.1%} of the forwards' positions are padding against {:.1%}", BENCH,
            at("raw/lengths/fgrpo/0/pad_frac", "raw/lengths/plain/0/pad_frac")),
     # ------------------------------------------------ docs/verification.md: verify's own run
-    Figure("docs/verification.md", "at commit {} on 2 idle Intel Xeon cores, one message per item "
-           "gave 1.45x of verl's serial reward and 16 a message {:.2f}x", VERIFY,
+    Figure("docs/verification.md", "at commit {} on 2 idle Intel Xeon cores, 16 a message gave "
+           "{:.2f}x of verl's serial reward", VERIFY,
            lambda d: (d["machine"]["commit"].split("+")[0], d["rows"][0]["ratio"])),
+    Figure("docs/verification.md", "(`timeout`, {:g} s by default", "fgrpo.py",
+           lambda m: inspect.signature(m.verify).parameters["timeout"].default),
+    Figure("docs/verification.md", "(target {}x, where two worker processes on {} cores give at "
+           "most {}x)", BENCH, lambda d: (d["rows"][2]["target"].split()[-1],
+                                          *[d["machine"]["usable_cores"]] * 2)),
     # ------------------------------------------------ docs/verified-where.md
-    Figure("docs/verified-where.md", "| {} of {} caught,", MUTATION, lambda d: (
-        sum(m["status"] == "caught" for m in d["mutants"]), len(d["mutants"]))),
+    Figure("docs/verified-where.md", "| pytest {:.0f} s (the unchanged copy", MUTATION,
+           lambda d: float(re.search(r" in ([\d.]+)s ", d["baseline"]["detail"]).group(1))),
+    Figure("docs/verified-where.md", "| {} of {} caught, {} timed out", MUTATION, lambda d: (
+        sum(m["status"] == "caught" for m in d["mutants"]), len(d["mutants"]),
+        sum(m["status"] == "TIMEOUT" for m in d["mutants"]))),
     Figure("docs/verified-where.md", "| {} of {} rows as expected", PARITY, lambda d: (
         sum(r["equal"] == r["expect_equal"] for r in d["rows"]), len(d["rows"]))),
     # ------------------------------------------------ docs/integrations.md: the parity table
@@ -651,14 +670,36 @@ FIGURES = [
                *lowest_highest(shares("permutation", "power", k=1))(d))),
     Figure("docs/eval.md", "({:.2f} times at k = m = 256 of n = 1,024", CALIBRATION,
            lambda d: calibration(d, 1024, "subsampling", "null")["spread_factor"][-1]),
-    # ------------------------------------------------ docs/table1.md: the tiny campaign
+    Figure("docs/eval.md", "(pass@1 {:.1f}%, pass@256 {:.1f}%); DAPO's run never finds it on one "
+           "of the 64 problems (pass@256 {:.1f}%)", TINY, lambda d: (
+               *(100 * d["runs"]["base"]["mean"]["held_out"][k] for k in ("1", "256")),
+               100 * d["runs"]["dapo"]["mean"]["held_out"]["256"])),
+    Figure("docs/eval.md", "F-DAPO minus DAPO is {:+.1f} points of pass@1 (p {:.3f}) and {:+.1f} "
+           "at k = 256 (p {:.3f})", TINY, lambda d: tuple(
+               x for k in ("1", "256") for x in (
+                   100 * d["pairs"]["dapo"]["columns"]["held_out"]["mean"][k][0],
+                   d["pairs"]["dapo"]["columns"]["held_out"]["p"][k][0]))),
+    # ------------------------------------------------ docs/table1.md: the estimate, the tiny run
+    Figure("docs/table1.md", "On disk one checkpoint ({:.0f} GB)", "experiments/table1.py",
+           lambda t: t.PLAN_CKPT_BYTES * t.PLAN_PARAMS_B),
+    Figure("docs/table1.md", "The six math benchmarks ({:,} problems) at n = {}: {:.0f}-{:.0f} "
+           "GPU-hours, and up to {:.0f} GB of samples (about {:.0f} bytes of JSON a token)",
+           "experiments/table1.py", plan_evaluation),
     Figure("docs/table1.md", "`k` [{}, {}], {}", TINY,
            lambda d: (*d["k"], "a note" if d["note"] else "no note")),
-    Figure("docs/table1.md", "CISPO collapsed (pass@1 {:.1f}%, pass@256 {:.1f}%", TINY,
-           lambda d: (100 * d["runs"]["cispo"]["mean"]["math_avg"]["1"],
-                      100 * d["runs"]["cispo"]["mean"]["math_avg"]["256"])),
-    Figure("docs/table1.md", "pass@256 is {:.0f} to {:.0f}% for every stable run and for the base "
-           "model", TINY, lowest_highest(tiny_pass256)),
+    Figure("docs/table1.md", "pass@1 is {:.1f}% to {:.1f}% for every trained run", TINY,
+           lowest_highest(lambda d: [100 * r["mean"]["math_avg"]["1"]
+                                     for name, r in d["runs"].items() if name != "base"])),
+    Figure("docs/table1.md", "each F-run's pass@1 minus its base run's is {:+.1f} (GRPO), {:+.1f} "
+           "(DAPO) and {:+.1f} (CISPO) points", TINY, lambda d: tuple(
+               100 * d["pairs"][a]["columns"]["math_avg"]["mean"]["1"][0]
+               for a in ("grpo", "dapo", "cispo"))),
+    Figure("docs/table1.md", "pass@256 is {:.0f} to {:.0f}% for every run and for the base model",
+           TINY, lowest_highest(tiny_pass256)),
+    # ------------------------------------------------ docs/why-focal.md: Lemma 3.1's table
+    Figure("docs/why-focal.md", "(mu_pos = {:g}) still updates while missing a rare {:.0%} mode "
+           "{:.0%} of the time", "experiments/categorical.py",
+           lambda m: (0.9, 0.05, m.tail_miss_probability(8, 0.9, 0.05))),
     # ------------------------------------------------ docs/why-focal.md: two_strategy.json
     Figure("docs/why-focal.md", "| 0 | 0.05 or 0.95 | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |",
            TWO, weights("weight_ratio", 0, 0.05, W8)),
@@ -694,8 +735,8 @@ FIGURES = [
            "{:+.4f} with it", TWO, clip("both", 1.0, 1)),
     Figure("docs/why-focal.md", "On a \"rare\" problem at gamma 0 it falls from {:+.3f} to {:+.3f}",
            TWO, clip("rare", 0.0, 1)),
-    Figure("docs/why-focal.md", "`python experiments/two_strategy.py` ({:.0f} minutes on 2 shared "
-           "cores, its results' `wall_s`)", TWO, lambda d: d["wall_s"] / 60),
+    Figure("docs/why-focal.md", "`python experiments/two_strategy.py --out runs/two` ({:.0f} "
+           "minutes on 2 shared cores, its results' `wall_s`", TWO, lambda d: d["wall_s"] / 60),
     *(Figure("docs/why-focal.md", f"| {optim} | " + " | ".join(["{:+.3f} [{:+.3f}, {:+.3f}]"] * 4)
              + " |", TWO, lambda d, o=optim.lower(): tuple(
                  x for g in ("0.5", "1") for arm in ("sampled", "exact")
@@ -718,6 +759,9 @@ FIGURES = [
     Figure("docs/why-focal.md", "# {:.0f} s, 2 busy cores", CAT_LR3,
            at("settings/wall_s/adamw lr=0.001")),
     *(m_ret_row(n) for n in (2, 4, 8, 16, 32, 64, 128, 512, 1024, 131072)),
+    Figure("docs/why-focal.md", "The effects are small: at most about {:.0%} of the mass is lost",
+           CAT_LR3, lambda d: 1 - min(m_ret("adamw", n, g)(d)[0] for n in d["settings"]["n"]
+                                      for g in (0.0, 1.0))),
     Figure("docs/why-focal.md", "AdamW runs: {:.3f} vs {:.3f} at lr 1e-2", CAT_LR2,
            lambda d: (m_ret("adamw", 8, 1.0)(d)[0], m_ret("adamw", 8, 0.0)(d)[0])),
     Figure("docs/why-focal.md", "and {:.3f} vs {:.3f} at lr 1e-3", CAT_LR3,
@@ -741,18 +785,22 @@ FIGURES = [
            (SEEN, SHAPED), seen_row(16)),
     Figure("README.md", "the rare strategy holds {:.0%} of the correct mass, pass@1 {:.2f}", SEEN,
            lambda d: (seen("base", "rare share", 0)(d), seen("base", "pass@1", 0)(d))),
-    Figure("README.md", "the base is already at {:.3f} and {:.3f}", SEEN,
-           lambda d: (seen("base", "pass@128", 0)(d), seen("base", "pass@256", 0)(d))),
     Figure("README.md", "lost it on {:.0%} of the held-out prompts under DAPO and {:.0%} under F",
            SEEN, lambda d: tuple(seen("frontier", "1/8", "rare lost", "medians_by_level", -1)(d))),
     Figure("README.md", "pass@1 {:.3f} against DAPO's {:.3f}", SEEN,
            lambda d: tuple(reversed(seen("frontier", "1/8", "pass@1", "ceilings")(d)))),
-    Figure("docs/why-focal.md", "it is lost (share under 2%) on {:.0%} of the prompts", SEEN,
-           seen("arms", "dapo_g0_lr3e-05_n8", "rare lost")),
+    Figure("docs/why-focal.md", "it is lost (share under {:.0%}) on {:.0%} of the prompts", SEEN,
+           lambda d: (seen("constants", "lost")(d),
+                      seen("arms", "dapo_g0_lr3e-05_n8", "rare lost")(d))),
+    Figure("docs/why-focal.md", "**At k 128 and 256 it is not above**: {:+.3f} (the interval holds "
+           "0) and {:+.3f} averaged", SEEN, lambda d: tuple(
+               seen_ci("frontier", "1/8", f"pass@{k}", "gap")(d)[0] for k in (128, 256))),
     *(Figure("docs/why-focal.md", f"| {k} | " + " | ".join([CI3] * 3) + " |", SEEN,
              seen_focal_row(k)) for k in (2, 4, 8, 16, 32, 64, 128, 256)),
-    Figure("docs/why-focal.md", "is confirmed: " + CI3 + ", 10 of 10 seeds (seeds 0-9: {:+.3f})",
+    Figure("docs/why-focal.md", "is confirmed: " + CI3 + ", {} of {} seeds (seeds 0-9: {:+.3f})",
            (SEEN, SHAPED), lambda a, b: (*seen_ci("frontier", "1/8", "pass@16", "gap")(a),
+                                         *(seen("frontier", "1/8", "pass@16", "gap", x)(a)
+                                           for x in ("positive", "n")),
                                          seen("frontier", "1/8", "pass@16", "gap", "mean")(b))),
     Figure("docs/why-focal.md", "F reaches {:.3f} and DAPO {:.3f} (" + CI3, SEEN, lambda d: (
         seen("ceilings", "means", "1/8", "pass@1")(d),
@@ -789,8 +837,6 @@ FIGURES = [
            "interval holds 0 at {} level of ten", SEEN, seen_above),
     Figure("docs/why-focal.md", "about two thirds of its mean over levels (k 16: {:+.3f})", SEEN,
            seen("frontier", "1/8", "pass@16", "by_level", -1, "mean")),
-    Figure("docs/why-focal.md", "There the base is at {:.3f} and {:.3f}", SEEN,
-           lambda d: (seen("base", "pass@128", 0)(d), seen("base", "pass@256", 0)(d))),
     Figure("docs/why-focal.md", "pass@1 rises from {:.3f} to {:.3f}, and at the end the rare "
            "strategy's share of the correct mass is {:.3f}", SEEN, lambda d: (
                seen("base", "pass@1", 0)(d),
@@ -814,6 +860,18 @@ FIGURES = [
     Figure("docs/why-focal.md", "(lr 3e-5: share {:.3f}, lost on {} prompt at step 96", SEEN,
            lambda d: (lambda share, lost: (share, "every" if lost == 1 else f"{lost:.0%} of the"))(
                *at("rare share", "rare lost")(seen("arms", "dapo_g0_lr3e-05_exact")(d)))),
+    Figure("docs/why-focal.md", "climbs pass@1 further ({:.3f} against {:.3f}): at matched pass@1 "
+           "the two lose it alike (lost on {:.2f} of the prompts at pass@1 {:.3f} at N 8, "
+           "on {:.2f} at {:.3f} exact)", SEEN, lambda d: (
+               *(seen("arms", f"dapo_g0_lr3e-05_{n}", "pass@1")(d) for n in ("exact", "n8")),
+               seen("frontier", "1/8", "rare lost", "medians_by_level", 3, 0)(d),
+               seen("frontier", "1/8", "pass@1", "level_pass@1", 3)(d),
+               seen("frontier", "1/exact", "rare lost", "medians_by_level", -1, 0)(d),
+               seen("frontier", "1/exact", "pass@1", "level_pass@1", -1)(d))),
+    Figure("docs/why-focal.md", "(DAPO at N 8 minus its exact update: " + CI3.replace("3f", "4f")
+           + " at k 32 to {:+.4f} at k 128", SEEN, lambda d: (
+               *seen_ci("versus_exact", "0/8 - 0/exact", "pass@32", "gap")(d),
+               seen("versus_exact", "0/8 - 0/exact", "pass@128", "gap", "mean")(d))),
     Figure("docs/why-focal.md", "(share {:.2f} to {:.2f} at lr 1e-4 to 3e-4)", SEEN,
            lowest_highest(seen_arms("rare share", *(f"dapo_g1_lr{lr}_exact"
                                                      for lr in ("0.0001", "0.0002", "0.0003"))))),
@@ -949,6 +1007,15 @@ def test_a_figure_changed_in_the_readme_a_page_or_a_results_file_fails(tmp_path)
     assert [m.split(": ")[0] for m in figures_missing(FIGURES, root)] == ["docs/integrations.md"]
 
 
+def test_a_results_file_records_its_command_without_a_scratch_path():
+    tracked = subprocess.run(["git", "ls-files", "*.json"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.split()
+    commands = {name: json.loads((ROOT / name).read_text()).get("command") for name in tracked}
+    absolute = [f"{name}: {c}" for name, c in commands.items()
+                if isinstance(c, str) and re.search(r"(?:^|[\s=])/", c)]
+    assert not absolute, "bench/run.py records --out relative:\n" + "\n".join(absolute)
+
+
 # ---------------------------------------------------------------- times measured by hand
 MEASURED = re.compile(r"\b\d[\d,.]*\s?(?:s|ms|min|minutes|CPU-min)\b")  # a time ...
 ON_CORES = re.compile(r"\b\d+ (?:\w+ ){0,2}cores\b")  # ... on some of this project's cores
@@ -999,8 +1066,7 @@ LOOKS_MEASURED = re.compile("|".join([
     NUM + r" of (?:the |its )?\d[\d,]*\b"]))
 # pages whose figures are not yet all registered: each leaves this set when they are
 NOT_YET_SCANNED = {f"docs/{name}.md" for name in (
-    "bench", "eval", "integrations", "paper-run", "smollm2", "table1", "verification",
-    "verified-where", "why-focal")}
+    "bench", "eval", "paper-run", "smollm2")}
 
 
 def unregistered_figures(pages, figures, root=ROOT):
