@@ -356,11 +356,13 @@ def headline_k(traj, toy):
 def primary(traj, toy, k):
     """[primary]: per peer, P minus F-DAPO at pass@k, mean over levels and seeds with its 95% t
     interval and paired t test, Holm-adjusted over the peers, and the verdict."""
-    gaps = {p: versus(traj, toy, PRIMARY["comparator"], p, f"pass@{k}") for p in PRIMARY["peers"]}
-    adjusted = holm([c["gap"] and c["gap"]["p_t"] for c in gaps.values()])
+    by_peer = {p: versus(traj, toy, PRIMARY["comparator"], p, f"pass@{k}")
+               for p in PRIMARY["peers"]}
+    p_values = [(c["gap"] or {}).get("p_t") for c in by_peer.values()]  # None: no test made
+    adjusted = holm(p_values)
     return {p: {"gap": c["gap"], "unmatched": c["unmatched"], "p_holm": a,
                 "verdict": verdict(c["gap"], a, PRIMARY["alpha"])}
-            for (p, c), a in zip(gaps.items(), adjusted)}
+            for (p, c), a in zip(by_peer.items(), adjusted)}
 
 
 def gaps(traj, toy, base, arm, metrics):
