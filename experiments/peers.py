@@ -13,18 +13,39 @@ of a prompt with success probability mu is w(mu) times the gradient of mu, with
 w(mu) = N (E[A | the sample is correct] - E[A | it is wrong]): prompt_weight computes it by
 enumerating every reward vector of a group. PKPO's is k (1 - mu)^(k-1), the gradient of pass@k;
 F-GRPO's is GRPO's scaled down where mu is high.
+
+The run reuses experiments/see_it_happen.py's machinery: its warm starts, its train_arm (an arm here
+brings its own hooks and options), its exact measurement and run_jobs, and frontiers.compare for
+every gap at matched pass@1. Every finished arm and warm start is cached under --work with its
+settings, so a run that stops resumes where it stopped, and a rerun reads the arms again.
+
+    python experiments/peers.py --plan    # the grid's runs and its CPU budget; runs nothing
+    python experiments/peers.py           # the protocol's grid (hours): experiments/results/peers.*
+    python experiments/peers.py --quick   # every arm and the reading in miniature (minutes)
 """
+import argparse
 import itertools
+import json
 import math
+import os
+import random
+import statistics
 import sys
+import time
+import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
 import fgrpo  # noqa: E402
+import see_it_happen as see  # noqa: E402
+import see_it_happen_report as report  # noqa: E402
+from frontiers import broke_down, ceiling, compare  # noqa: E402
 
 EPS = 1e-6  # the authors' codes' epsilon (verl's), where a std or a mean divides
 
@@ -169,3 +190,360 @@ def prompt_weight(advantages, mu, n, args):
     given_correct = (prob * adv)[first].sum() / mu
     given_wrong = (prob * adv)[~first].sum() / (1 - mu)
     return float(n * (given_correct - given_wrong))
+
+# ---------------------------------------------------------------- the protocol and its grid
+PROTOCOL_PATH = ROOT / "experiments" / "peers_protocol.toml"
+PROTOCOL = tomllib.loads(PROTOCOL_PATH.read_text())
+DESIGN = PROTOCOL["design"]
+ARMS = PROTOCOL["arms"]
+PRIMARY = PROTOCOL["primary"]
+F_ABOVE, P_ABOVE, NONE_SHOWN = PRIMARY["verdicts"]
+KEY = f"{DESIGN['start']}/{DESIGN['mix']}"  # see_it_happen's condition, START/MIX
+QUICK_SEEDS = {"all": 3, "base": 2}  # --quick: the first seeds of each set
+OPTIONS = ("peer", "k", "beta", "lam")  # an arm's options of [arms], set on fgrpo's args
+MUS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)  # w(mu)'s table
+
+
+def design_differences(design, toy_design):
+    """The keys of this protocol's [design] whose value differs from see_it_happen's [design]
+    (its "protocol" key names that file; it is not a setting)."""
+    return [k for k in design if k != "protocol" and toy_design.get(k) != design[k]]
+
+
+def check_protocol():
+    """Refuse, in one sentence, to run a protocol that says what this runner cannot do: a [design]
+    unlike see_it_happen's, a peer without an advantages function, a primary peer not an arm."""
+    named = {DESIGN["protocol"], PROTOCOL["rules"]["same_as"]}
+    if named != {str(see.PROTOCOL_PATH.relative_to(ROOT))}:
+        sys.exit(f"{PROTOCOL_PATH.name}: [design] protocol and [rules] same_as must both name "
+                 f"{see.PROTOCOL_PATH.relative_to(ROOT)}, whose rules see_it_happen.py applies")
+    differ = design_differences(DESIGN, see.DESIGN)
+    if differ:
+        sys.exit(f"{PROTOCOL_PATH.name}: [design] {', '.join(differ)} differ from "
+                 f"{DESIGN['protocol']}'s [design], which the protocol says it keeps unchanged")
+    unknown = [a["peer"] for a in ARMS.values() if "peer" in a and a["peer"] not in PEER_HOOKS]
+    if unknown or not set(PRIMARY["peers"]) <= set(ARMS) or PRIMARY["adjust"] != "holm":
+        sys.exit(f"{PROTOCOL_PATH.name}: a peer of [arms] without an advantages function here "
+                 f"({', '.join(unknown) or 'none'}), a [primary] peer not in [arms], or an "
+                 "adjustment other than holm")
+
+
+def seed_sets(quick):
+    """{"all": seeds, "base": seeds} of [seeds]; --quick: the first QUICK_SEEDS of each."""
+    out = {}
+    for name, (first, count) in PROTOCOL["seeds"].items():
+        out[name] = list(range(first, first + (QUICK_SEEDS[name] if quick else count)))
+    return out
+
+
+def toy_args(args):
+    """see_it_happen's arguments of this run: [design] (--quick: see_it_happen's miniature of it,
+    its lrs, steps, batches and warm start), the seeds of [seeds], --work and --workers."""
+    toy = see.parse_args(["--quick"] * args.quick)
+    if not args.quick:
+        vars(toy).update({k: v for k, v in DESIGN.items() if hasattr(toy, k)})
+    sets = seed_sets(args.quick)
+    vars(toy).update(starts=[DESIGN["start"]], mixes=[DESIGN["mix"]], first_seed=sets["all"][0],
+                     seeds=len(sets["all"]), seed_sets=sets, work=args.work, workers=args.workers)
+    return toy
+
+
+def arm_runs(name, spec, toy):
+    """An arm of [arms] as see_it_happen.train_arm's runs, one per lr; a peer brings its hooks and
+    its options."""
+    options = {k: spec[k] for k in OPTIONS if k in spec}
+    return [{"mix": DESIGN["mix"], "algo": spec["algo"], "gamma": spec["gamma"], "lr": lr,
+             "n": toy.n, "name": run_name(name, lr), "steps": toy.steps,
+             "hooks": PEER_HOOKS.get(spec.get("peer"), {}), "options": options}
+            for lr in toy.lrs]
+
+
+def run_name(arm, lr):
+    return f"{arm}_lr{lr:g}"
+
+
+def sweep(arm, toy):
+    """An arm's runs at every lr, by name: the runs its frontier is taken over."""
+    return [run_name(arm, lr) for lr in toy.lrs]
+
+
+def seed_arms(seed, toy):
+    """The arms of [arms] that run on `seed` (seeds = "all" or "base")."""
+    return [name for name, spec in ARMS.items() if seed in toy.seed_sets[spec["seeds"]]]
+
+
+def run_seed(seed, start, toy, heldout):
+    """see_it_happen.run_jobs' job: a seed's warm start, then its arms, on one torch thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    import transformers.utils.logging as hf_logging
+    hf_logging.disable_progress_bar()
+    try:
+        ctx = see.prepare_seed(seed, start, toy, heldout)
+        arms = {}
+        for name in seed_arms(seed, toy):
+            for arm in arm_runs(name, ARMS[name], toy):
+                arms[arm["name"]] = record = see.train_arm(arm, ctx)
+                see.report_arm(ctx, arm, record)
+    finally:
+        torch.set_num_threads(threads)
+    return {"seed": seed, "start": start, "base": ctx["base"], "arms": {DESIGN["mix"]: arms},
+            "check": None, "ceilings": {}}
+
+
+def plan(toy):
+    """The grid, one line an arm, its runs and the [budget]'s CPU-minutes and wall time."""
+    budget = PROTOCOL["budget"]
+    lines = []
+    runs = 0
+    for name, spec in ARMS.items():
+        seeds = toy.seed_sets[spec["seeds"]]
+        count = len(seeds) * len(toy.lrs)
+        runs += count
+        said = ", ".join(f"{k} {spec[k]}" for k in OPTIONS if k in spec)
+        lines.append(f"{name:15s} {spec['algo']:5s} gamma {spec['gamma']:<4g} {said:28s} seeds "
+                     f"{seeds[0]}-{seeds[-1]} x {len(toy.lrs)} lrs = {count} runs")
+    lines.append(f"{runs} runs of {toy.steps} steps and {toy.seeds} warm starts")
+    if not toy.quick:
+        cpu_min = runs * budget["cpu_s_per_run"] / 60
+        hours = runs * budget["wall_s_per_run_in_pool"] / budget["workers"] / 3600
+        lines.append(f"budget ([budget], the confirmation's {budget['cpu_s_per_run']} CPU-s a "
+                     f"run): {cpu_min:.0f} CPU-min for the runs, plus the warm starts; about "
+                     f"{hours:.1f} h of wall time with {budget['workers']} workers on 2 cores")
+    return lines, runs
+
+# ---------------------------------------------------------------- the reading
+def holm(pvalues):
+    """Holm's step-down adjustment (Holm 1979) of a family of p-values, in their order: the i-th
+    smallest of m times m - i + 1 (i from 1), then the running maximum, at most 1. A test that
+    could not be made (None: under two matched seeds) counts as p = 1, and stays in the family."""
+    ps = [1.0 if p is None else p for p in pvalues]
+    adjusted = [1.0] * len(ps)
+    running = 0.0
+    for i, at in enumerate(sorted(range(len(ps)), key=ps.__getitem__)):
+        running = max(running, min(1.0, (len(ps) - i) * ps[at]))
+        adjusted[at] = running
+    return adjusted
+
+
+def verdict(gap, p_adjusted, alpha):
+    """[primary]'s verdict on P minus F: where the adjusted test rejects, the mean's sign says
+    which is above."""
+    if gap is None or p_adjusted > alpha:
+        return NONE_SHOWN
+    return P_ABOVE if gap["mean"] > 0 else F_ABOVE
+
+
+def on_seeds(traj, names):
+    """The seeds that ran every one of `names` (the base algorithms' arms: seeds "base" only)."""
+    return [t for t in traj if all(n in t[KEY] for n in names)]
+
+
+def versus(traj, toy, base, arm, metric):
+    """`arm` minus `base` (arms of [arms]) at matched pass@1, on the seeds both ran:
+    frontiers.compare over each arm's runs at every lr."""
+    names = sweep(base, toy), sweep(arm, toy)
+    return compare(on_seeds(traj, names[0] + names[1]), KEY, *names, toy, metric)
+
+
+def headline_k(traj, toy):
+    """[rules]' headline k, from DAPO's base models (step 0 of its runs) over the seeds."""
+    first = sweep("dapo", toy)[0]
+    base = {m: [statistics.fmean(t[KEY][first][0][m] for t in traj)] for m in see.KS_METRICS}
+    return see.headline_k(base)
+
+
+def primary(traj, toy, k):
+    """[primary]: per peer, P minus F-DAPO at pass@k, mean over levels and seeds with its 95% t
+    interval and paired t test, Holm-adjusted over the peers, and the verdict."""
+    by_peer = {p: versus(traj, toy, PRIMARY["comparator"], p, f"pass@{k}")
+               for p in PRIMARY["peers"]}
+    p_values = [(c["gap"] or {}).get("p_t") for c in by_peer.values()]  # None: no test made
+    adjusted = holm(p_values)
+    return {p: {"gap": c["gap"], "unmatched": c["unmatched"], "p_holm": a,
+                "verdict": verdict(c["gap"], a, PRIMARY["alpha"])}
+            for (p, c), a in zip(by_peer.items(), adjusted)}
+
+
+def gaps(traj, toy, base, arm, metrics):
+    """{metric: {"gap": the paired summary over seeds, "unmatched": seeds left out}}."""
+    out = {}
+    for m in metrics:
+        c = versus(traj, toy, base, arm, m)
+        out[m] = {"gap": c["gap"], "unmatched": c["unmatched"]}
+    return out
+
+
+def top_pass1(traj, toy, arm):
+    """An arm's top pass@1 (the highest of any stable run in its steps), mean over the seeds where
+    it has one, and minus DAPO's paired over the seeds both have one (compare's ceiling)."""
+    tops = []
+    for t in on_seeds(traj, sweep(arm, toy)):
+        stable = [t[KEY][n] for n in sweep(arm, toy) if not broke_down(t[KEY][n])]
+        if stable:
+            tops.append(ceiling(stable))
+    minus = versus(traj, toy, "dapo", arm, "pass@1")["ceiling"] if arm != "dapo" else None
+    return {"mean": statistics.fmean(tops) if tops else None, "seeds": len(tops),
+            "minus dapo": minus}
+
+
+def f_pairs():
+    """[arms]' base algorithms with their F: (gamma 0, gamma > 0) of one algo on seeds "base"."""
+    base = {n: a for n, a in ARMS.items() if a["seeds"] == "base"}
+    return [(a, b) for a in base for b in base
+            if base[a]["algo"] == base[b]["algo"] and base[a]["gamma"] == 0 < base[b]["gamma"]]
+
+
+def prompt_weights():
+    """w(mu) at MUS of every arm that reads only rewards (no sample hook of its own)."""
+    out = {}
+    for name, spec in ARMS.items():
+        hooks = PEER_HOOKS.get(spec.get("peer"), {})
+        if "sample" in hooks:
+            continue
+        advantages = hooks.get("advantages", fgrpo.Hooks().advantages)
+        options = SimpleNamespace(gamma=spec["gamma"], **{k: spec[k] for k in OPTIONS if k in spec})
+        out[name] = [prompt_weight(advantages, mu, DESIGN["n"], options) for mu in MUS]
+    return out
+
+
+def summarise(seeds, toy):
+    """The protocol's reading of the runs: [primary], then every analysis of [secondary]."""
+    traj = see.trajectories(seeds)
+    k = headline_k(traj, toy)
+    others = [a for a in ARMS if a != "dapo"]
+    return {"headline_k": k, "primary": primary(traj, toy, k),
+            "minus_dapo": {a: gaps(traj, toy, "dapo", a, see.KS_METRICS) for a in others},
+            "top_pass1": {a: top_pass1(traj, toy, a) for a in ARMS},
+            "mechanism": {base: {a: gaps(traj, toy, base, a, see.MECHANISM)
+                                 for a in ARMS if a != base}
+                          for base in ("dapo", PRIMARY["comparator"])},
+            "f_minus_base": {f"{b} - {a}": gaps(traj, toy, a, b, see.KS_METRICS)
+                             for a, b in f_pairs()},
+            "prompt_weight": {"mu": list(MUS), "n": DESIGN["n"], "w": prompt_weights()}}
+
+# ---------------------------------------------------------------- the page
+def primary_markdown(summary):
+    k = summary["headline_k"]
+    comparator = PRIMARY["comparator"]
+    rows = [[peer, report.ci(r["gap"], 4), report.tests(r["gap"]), f"{r['p_holm']:.2g}",
+             r["unmatched"], f"**{r['verdict']}**"] for peer, r in summary["primary"].items()]
+    return ["## The primary endpoint", "",
+            f"Each peer P minus {comparator} at pass@{k} (the headline k by the rule), each "
+            "seed's gap at matched pass@1 averaged over its levels; mean [95% t interval] over "
+            f"seeds; the paired t test's p, Holm-adjusted over the {len(rows)} peers at alpha "
+            f"{PRIMARY['alpha']:g}. The verdict is the protocol's rule.", "",
+            *report.table(["P", f"P minus {comparator}", "p_t / p_Wilcoxon, seeds above 0",
+                           "p_t, Holm", "seeds unmatched", "verdict"], rows), ""]
+
+
+def every_k_markdown(title, about, by_arm):
+    """Rows k, a column per comparison: the gap at matched pass@1, mean over levels."""
+    names = list(by_arm)
+    rows = [[k] + [report.ci(by_arm[n][f"pass@{k}"]["gap"], 4) for n in names] for k in see.KS]
+    return [f"## {title}", "", about, "", *report.table(["k", *names], rows), ""]
+
+
+def top_markdown(summary):
+    rows = [[arm, "-" if r["mean"] is None else f"{r['mean']:.3f}", r["seeds"],
+             report.ci(r["minus dapo"], 4)] for arm, r in summary["top_pass1"].items()]
+    return ["## Top pass@1: what each arm costs pass@1", "",
+            "The highest pass@1 of any stable run in its steps, mean over seeds; minus DAPO's, "
+            "paired over the seeds both have one.", "",
+            *report.table(["arm", "top pass@1", "seeds", "minus DAPO"], rows), ""]
+
+
+def mechanism_markdown(summary):
+    head = ["arm"] + [f"{m} minus {base}" for base in summary["mechanism"] for m in see.MECHANISM]
+    arms = [a for a in ARMS if all(a in by for by in summary["mechanism"].values())]
+    rows = [[a] + [report.ci(by[a][m]["gap"]) for by in summary["mechanism"].values()
+                   for m in see.MECHANISM] for a in arms]
+    return ["## The mechanism at matched pass@1", "",
+            "The rare strategy's share of the correct mass and the fraction of prompts where it is "
+            "lost (each arm's frontier at a level: the most share, the least lost), arm minus "
+            "DAPO and minus F-DAPO, mean over levels and seeds.", "", *report.table(head, rows), ""]
+
+
+def weight_markdown(summary):
+    w = summary["prompt_weight"]
+    rows = [[f"{mu:g}"] + [f"{w['w'][a][i]:.3g}" for a in w["w"]] for i, mu in enumerate(w["mu"])]
+    return [f"## The prompt weight w(mu), groups of {w['n']}", "",
+            "w(mu) = N (E[A | correct] - E[A | wrong]) of every arm that reads only rewards, "
+            "computed from its advantages function (peers.prompt_weight): in expectation such an "
+            "arm updates a prompt of success probability mu by w(mu) times the gradient of mu.",
+            "", *report.table(["mu", *w["w"]], rows), ""]
+
+
+def markdown(result):
+    summary, t = result["summary"], result["times"]
+    flag = " --quick" * result["config"]["quick"]
+    sets = {name: f"{seeds[0]}-{seeds[-1]}" for name, seeds in result["seed_sets"].items()}
+    lines = [f"# F-GRPO among its peers: {KEY}, seeds {sets['all']} (GRPO, CISPO: "
+             f"{sets['base']})", "", f"The protocol, experiments/{PROTOCOL_PATH.name}, was "
+             f"committed at {report.committed(PROTOCOL_PATH)}. "
+             f"`python experiments/peers.py{flag}`: "
+             f"{t['wall_s'] / 60:.1f} min wall, {t['cpu_s'] / 60:.1f} CPU-min this invocation; "
+             f"the warm starts and runs took {t['runs_cpu_s'] / 60:.1f} CPU-min when they ran.", ""]
+    lines += primary_markdown(summary)
+    lines += every_k_markdown("Every arm minus DAPO, every k", "At matched pass@1 on the seeds "
+                              "both ran, mean over levels [95% t interval] over seeds.",
+                              summary["minus_dapo"])
+    lines += top_markdown(summary) + mechanism_markdown(summary)
+    lines += every_k_markdown("F minus base for GRPO and CISPO, every k", f"Seeds {sets['base']}; "
+                              "as above.", summary["f_minus_base"])
+    return "\n".join(lines + weight_markdown(summary)) + "\n"
+
+# ---------------------------------------------------------------- main
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--work", type=Path, default=ROOT / "runs" / "peers", help="warm starts and "
+                   "finished arms: a rerun reuses those finished with the same settings")
+    p.add_argument("--out", type=Path, help="results folder (peers.json, peers.md); default "
+                   "experiments/results, or WORK/results with --quick")
+    p.add_argument("--workers", type=int, default=2, help="processes, one seed each at a time")
+    p.add_argument("--quick", action="store_true", help="miniature: see_it_happen's --quick "
+                   f"sizes, seeds {QUICK_SEEDS} of each set; WORK is WORK_quick")
+    p.add_argument("--plan", action="store_true", help="print the grid and its budget, run nothing")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.work = args.work.with_name(args.work.name + "_quick")
+    args.out = args.out or (args.work / "results" if args.quick else ROOT / "experiments" /
+                            "results")
+    results = (ROOT / "experiments" / "results").resolve()
+    if args.quick and args.out.resolve().is_relative_to(results):
+        p.error("--quick writes under its own --out, never into experiments/results")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    check_protocol()
+    toy = toy_args(args)
+    if args.plan:
+        print("\n".join(plan(toy)[0]))
+        return None
+    t0 = time.time()
+    cpu = os.times()
+    heldout = see.make_digits(toy.heldout, random.Random(10_000))  # see_it_happen's held-out set
+    toy.work.mkdir(parents=True, exist_ok=True)
+    seeds = see.run_jobs(toy, heldout, job=run_seed)
+    summary = summarise(seeds, toy)
+    now = os.times()
+    runs = [r for s in seeds for r in [*s["base"].values(), *s["arms"][KEY].values()]]
+    times = {"wall_s": time.time() - t0, "cpu_s": sum(now[i] - cpu[i] for i in range(4)),
+             "runs_cpu_s": sum(r.get("cpu_s", 0) for r in runs), "load": os.getloadavg()[0]}
+    config = {"quick": args.quick, "workers": args.workers, "lrs": toy.lrs, "steps": toy.steps,
+              "levels": toy.levels, "arms": ARMS}
+    result = {"config": config, "seed_sets": toy.seed_sets, "heldout": heldout, "seeds": seeds,
+              "summary": summary, "times": times}
+    name = "peers" + "_quick" * args.quick
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{name}.json").write_text(json.dumps(result))
+    report.write(args.out / f"{name}.md", markdown(result))  # keeps a reading by hand above
+    print(f"results: {args.out / name}.json, .md", flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()

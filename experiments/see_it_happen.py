@@ -418,18 +418,32 @@ def exact_update_hooks(tok):
     return {"sample": sample, "advantages": advantages}, len(seqs)
 
 
+def own_hooks(arm):
+    """What an arm brings of its own beside its command line (another experiment's arms): "hooks",
+    fgrpo.Hooks fields, named by their functions (not their module, which is __main__ in one
+    process and not in another); "options", set on fgrpo's args for those hooks to read. Both
+    enter the arm's cache settings, so that no arm reuses another's run of the same command line."""
+    out = {}
+    if arm.get("hooks"):
+        out["hooks"] = {field: f.__qualname__ for field, f in arm["hooks"].items()}
+    if arm.get("options"):
+        out["options"] = arm["options"]
+    return out
+
+
 def train_arm(arm, ctx, keep=False):
     """fgrpo.train on the seed's base model, measuring the held-out prompts' exact probabilities
     every --measure-every steps (Hooks.after_step). Cached in WORK/START/seedS/MIX/ARM.json."""
     args, tok = ctx["args"], ctx["tok"]
     out = ctx["dir"] / arm["mix"] / arm["name"]
-    swapped = {}
+    swapped = dict(arm.get("hooks", {}))
     group = args.n
     if arm["n"] == "exact":
         swapped, group = exact_update_hooks(tok)
     argv = fgrpo_argv(arm, args, ctx["seed"], ctx["data"][arm["mix"]], ctx["dir"] / "base", out,
                       group)
-    settings = {"argv": argv, "base": ctx["base_settings"], "every": args.measure_every}
+    settings = {"argv": argv, "base": ctx["base_settings"], "every": args.measure_every,
+                **own_hooks(arm)}
     cache = out.parent / (out.name + ".json")
     if cache.exists() and not keep and json.loads(cache.read_text())["settings"] == settings:
         return json.loads(cache.read_text())["record"]
@@ -448,7 +462,8 @@ def train_arm(arm, ctx, keep=False):
     with open(out / "train.log", "w") as log:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             try:
-                fgrpo.train(fgrpo.parse_args(argv), hooks)
+                fgrpo.train(argparse.Namespace(**{**vars(fgrpo.parse_args(argv)),
+                                                  **arm.get("options", {})}), hooks)
             finally:
                 signal.signal(signal.SIGTERM, sigterm)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -595,28 +610,29 @@ def cross_check(ctx, arm, record):
                                                           k).mean()) for k in ks}}
 
 
-def run_jobs(args, heldout):
-    """run_job for every (seed, start), in --workers processes (spawned: each imports torch afresh
-    with one thread), or here; then per seed, its conditions "START/MIX" side by side."""
+def run_jobs(args, heldout, job=run_job):
+    """`job` (run_job's form and result; another experiment may bring its own arms) for every
+    (seed, start), in --workers processes (spawned: each imports torch afresh with one thread), or
+    here; then per seed, its conditions "START/MIX" side by side."""
     jobs = [(seed, start, args, heldout) for start in args.starts for seed in seed_range(args)]
     if args.workers == 1:
-        done = [run_job(*job) for job in jobs]
+        done = [job(*spec) for spec in jobs]
     else:
         pool = multiprocessing.get_context("spawn").Pool(args.workers)
         try:
-            done = pool.starmap(run_job, jobs, chunksize=1)
+            done = pool.starmap(job, jobs, chunksize=1)
         finally:
             pool.close()  # the workers finish; terminate() would SIGTERM them mid-write
             pool.join()
     seeds = [{"seed": seed, "base": {}, "arms": {}, "check": None, "ceilings": {}}
              for seed in seed_range(args)]
-    for job in done:
-        s = seeds[job["seed"] - args.first_seed]
-        for mix, arms in job["arms"].items():
-            s["base"][f"{job['start']}/{mix}"] = job["base"]
-            s["arms"][f"{job['start']}/{mix}"] = arms
-        s["check"] = s["check"] or job["check"]
-        s["ceilings"].update(job["ceilings"])
+    for finished in done:
+        s = seeds[finished["seed"] - args.first_seed]
+        for mix, arms in finished["arms"].items():
+            s["base"][f"{finished['start']}/{mix}"] = finished["base"]
+            s["arms"][f"{finished['start']}/{mix}"] = arms
+        s["check"] = s["check"] or finished["check"]
+        s["ceilings"].update(finished["ceilings"])
     return seeds
 
 

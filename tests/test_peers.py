@@ -1,9 +1,11 @@
 """Tests of experiments/peers.py: each peer's advantages by hand on small groups and against its
 own definition enumerated (PKPO's k-subsets, Pass@k Training's bootstrap over every k-subset), the
-prompt weight w(mu) against closed forms, and the sample hook that gives two peers what they
-read."""
+prompt weight w(mu) against closed forms, the sample hook that gives two peers what they read;
+then the runner: its grid, its plan, Holm's adjustment by hand, the verdict rule, and --quick (slow)
+with every arm on its seeds and each peer's verdict read again."""
 import importlib
 import itertools
+import json
 import math
 import statistics
 from pathlib import Path
@@ -16,6 +18,7 @@ import fgrpo
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 OPTIONS = SimpleNamespace(k=4, beta=0.25, lam=0.1, gamma=1.0)  # the protocol's, as adapted
+KS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
 
 @pytest.fixture
@@ -203,3 +206,129 @@ def test_sample_for_peers_gives_the_old_mean_logprob_and_the_answer(peers):
         text = tok.decode(s.completion_ids, skip_special_tokens=True)
         assert s.answer == peers.answer_of(text)
     assert peers.answer_of("\\boxed\\boxed{7}") == "7" and peers.answer_of("no box ") == "no box"
+
+# ---------------------------------------------------------------- the runner and its reading
+def test_holm_by_hand(peers):
+    # m = 4: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1: 0.02, 0.03, 0.06, 0.04; then the
+    # running maximum 0.02, 0.03, 0.06, 0.06, each back in its place
+    assert peers.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    # 0.01, 0.02, 0.03: 0.03, 0.04, 0.04, all under 0.05 (Bonferroni's 0.03, 0.06, 0.09 are not)
+    assert peers.holm([0.03, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
+    # capped at 1; a test not made (None) counts as p = 1 and stays in the family: m is 3
+    assert peers.holm([0.3, None, 0.001]) == pytest.approx([0.6, 1.0, 0.003])
+    assert peers.holm([0.02, 0.02]) == pytest.approx([0.04, 0.04]) and peers.holm([]) == []
+
+
+def test_verdict_is_the_protocols_rule(peers):
+    assert peers.PROTOCOL["primary"]["verdicts"] == ["F above", "P above", "no difference shown"]
+    assert peers.verdict({"mean": -0.01}, 0.01, 0.05) == "F above"
+    assert peers.verdict({"mean": 0.02}, 0.05, 0.05) == "P above"  # rejects at p <= alpha
+    assert peers.verdict({"mean": 0.02}, 0.051, 0.05) == "no difference shown"
+    assert peers.verdict({"mean": -0.3}, 0.2, 0.05) == "no difference shown"  # whatever the mean
+    assert peers.verdict(None, 1.0, 0.05) == "no difference shown"  # no seed matched
+
+
+def test_the_protocols_design_is_see_it_happens_or_it_refuses_to_run(peers, monkeypatch):
+    see = importlib.import_module("see_it_happen")
+    assert peers.design_differences(peers.DESIGN, see.DESIGN) == []
+    peers.check_protocol()
+    monkeypatch.setitem(peers.DESIGN, "steps", 48)
+    assert peers.design_differences(peers.DESIGN, see.DESIGN) == ["steps"]
+    with pytest.raises(SystemExit, match="steps differ"):
+        peers.check_protocol()
+    monkeypatch.setitem(peers.DESIGN, "steps", see.DESIGN["steps"])
+    monkeypatch.setitem(peers.ARMS, "new", {"algo": "dapo", "gamma": 0.0, "peer": "ds_grpo"})
+    with pytest.raises(SystemExit, match="ds_grpo"):
+        peers.check_protocol()
+
+
+def test_each_seed_runs_its_arms_at_every_lr_a_peer_with_its_hooks(peers, tmp_path):
+    toy = peers.toy_args(peers.parse_args(["--work", str(tmp_path)]))
+    for key in set(peers.DESIGN) - {"start", "mix", "protocol"}:  # the protocol's design
+        assert getattr(toy, key) == peers.DESIGN[key], key
+    assert toy.seed_sets == {"all": list(range(20, 30)), "base": list(range(20, 25))}
+    assert peers.seed_arms(24, toy) == list(peers.ARMS)
+    base_only = {"grpo", "f_grpo", "cispo", "f_cispo"}
+    assert peers.seed_arms(25, toy) == [a for a in peers.ARMS if a not in base_only]
+    runs = peers.arm_runs("unlikeliness", peers.ARMS["unlikeliness"], toy)
+    assert [r["lr"] for r in runs] == peers.DESIGN["lrs"]
+    assert runs[0]["name"] == "unlikeliness_lr3e-05"
+    assert runs[0]["hooks"] == {"sample": peers.sample_for_peers,
+                                "advantages": peers.unlikeliness_advantages}
+    assert runs[0]["options"] == {"peer": "unlikeliness", "beta": 0.25}
+    f_grpo = peers.arm_runs("f_grpo", peers.ARMS["f_grpo"], toy)[1]
+    assert (f_grpo["algo"], f_grpo["gamma"], f_grpo["hooks"], f_grpo["options"]) == ("grpo", 0.5,
+                                                                                      {}, {})
+    assert peers.f_pairs() == [("grpo", "f_grpo"), ("cispo", "f_cispo")]
+
+
+def test_plan_counts_the_protocols_runs_and_runs_nothing(peers, tmp_path, capsys):
+    assert peers.main(["--plan", "--work", str(tmp_path / "w")]) is None
+    printed = capsys.readouterr().out
+    assert not (tmp_path / "w").exists()
+    assert peers.PROTOCOL["budget"]["runs"] == 8 * 4 * 10 + 4 * 4 * 5  # [budget]'s own count
+    assert "400 runs of 96 steps and 10 warm starts" in printed and "166 CPU-min" in printed
+    toy = peers.toy_args(peers.parse_args(["--quick", "--work", str(tmp_path)]))
+    assert peers.plan(toy)[1] == 8 * 2 * 3 + 4 * 2 * 2 and toy.quick and toy.steps == 4
+
+
+def test_quick_never_writes_into_experiments_results(peers):
+    with pytest.raises(SystemExit):
+        peers.parse_args(["--quick", "--out", str(ROOT / "experiments" / "results")])
+    args = peers.parse_args(["--quick", "--work", "/tmp/x"])
+    assert args.out == Path("/tmp/x_quick/results")
+    assert peers.parse_args([]).out == ROOT / "experiments" / "results"  # a real run's page
+
+
+@pytest.mark.slow
+def test_peers_quick_holds_every_arm_on_its_seeds_and_a_verdict_per_peer(peers, tmp_path):
+    # --quick: every arm of the protocol on its seeds (3 and 2 here), see_it_happen's miniature
+    # sizes, the whole reading; then again, which reads every arm from its cache
+    committed = sorted((ROOT / "experiments" / "results").iterdir())
+    hooks = fgrpo.Hooks()
+    argv = ["--quick", "--workers", "1", "--work", str(tmp_path / "w")]
+    first = peers.main(argv)
+    out = tmp_path / "w_quick" / "results"
+    saved = json.loads((out / "peers_quick.json").read_text())
+    assert fgrpo.Hooks() == hooks
+    assert sorted((ROOT / "experiments" / "results").iterdir()) == committed
+    sets, lrs = saved["seed_sets"], saved["config"]["lrs"]
+    assert sets == {"all": [20, 21, 22], "base": [20, 21]} and len(lrs) == 2
+    for s in saved["seeds"]:
+        want = {f"{arm}_lr{lr:g}" for arm, spec in peers.ARMS.items()
+                if s["seed"] in sets[spec["seeds"]] for lr in lrs}
+        assert set(s["arms"]["rare/tie"]) == want, s["seed"]
+        for record in s["arms"]["rare/tie"].values():
+            assert [p["step"] for p in record["curve"]] == [2, 4]  # every 2 steps, and the last
+    cached = tmp_path / "w_quick" / "rare" / "seed21" / "tie" / "passk_training_lr0.001.json"
+    assert json.loads(cached.read_text())["settings"]["options"] == {"peer": "passk_training",
+                                                                     "k": 4}
+    _peers_reading(peers, saved["summary"], (out / "peers_quick.md").read_text())
+    again = peers.main(argv)  # resumed: nothing trains, the same records (their times too)
+    assert json.loads(json.dumps(again["seeds"])) == saved["seeds"]
+
+
+def _peers_reading(peers, summary, page):
+    """Every peer's verdict by the step-down form of Holm's rule, written independently of
+    peers.holm: reject in order of p while p_(j) <= alpha / (m - j + 1); and every table."""
+    primary, alpha = summary["primary"], peers.PROTOCOL["primary"]["alpha"]
+    assert list(primary) == peers.PROTOCOL["primary"]["peers"]
+    ps = {p: (r["gap"] or {}).get("p_t") or 1.0 for p, r in primary.items()}
+    rejected = set()
+    for j, p in enumerate(sorted(ps, key=ps.get)):
+        if ps[p] > alpha / (len(ps) - j):
+            break
+        rejected.add(p)
+    for p, r in primary.items():
+        mean = r["gap"]["mean"] if r["gap"] else 0.0
+        want = ("P above" if mean > 0 else "F above") if p in rejected else "no difference shown"
+        assert r["verdict"] == want and f"| {p} |" in page and f"**{want}**" in page
+    others = [a for a in peers.ARMS if a != "dapo"]
+    assert list(summary["minus_dapo"]) == others and list(summary["top_pass1"]) == list(peers.ARMS)
+    assert all(list(g) == [f"pass@{k}" for k in KS] for g in summary["minus_dapo"].values())
+    assert list(summary["f_minus_base"]) == ["f_grpo - grpo", "f_cispo - cispo"]
+    assert list(summary["mechanism"]) == ["dapo", "f_dapo"]
+    assert set(summary["prompt_weight"]["w"]) == set(peers.ARMS) - {"unlikeliness", "darling"}
+    for title in ("The primary endpoint", "Every arm minus DAPO", "Top pass@1", "The mechanism",
+                  "F minus base", "The prompt weight"):
+        assert f"## {title}" in page

@@ -153,6 +153,37 @@ def test_exact_update_hooks_advantages_by_hand(see):
                                  ["0, 7"] * 4) == [1.0, 1.0, 0.0, 1.0]  # the last box, after strip
 
 
+def test_train_arm_an_arms_own_hooks_and_options_reach_fgrpo_and_name_its_cache(see, monkeypatch,
+                                                                                 tmp_path):
+    # another experiment's arm (experiments/peers.py) brings fgrpo.Hooks fields and options set on
+    # fgrpo's args: they reach fgrpo.train, and they are the arm's identity in its cache, so that
+    # an arm of the same name and command line with other hooks or options trains anew
+    trained = []
+
+    def fake_train(args, hooks):  # what train_arm reads of fgrpo.train's run: metrics.jsonl
+        trained.append((vars(args), hooks))
+        row = {"focal_mean": 1.0, "clip_frac": 0.0, "grad_norm": 0.0}
+        (Path(args.out) / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+
+    def own_advantages(rewards, samples, args):
+        return rewards * args.k
+
+    monkeypatch.setattr(see.fgrpo, "train", fake_train)
+    ctx = {"args": see.parse_args(["--work", str(tmp_path)]), "tok": None, "dir": tmp_path,
+           "seed": 0, "data": {"tie": tmp_path / "tie.jsonl"}, "base_settings": {}}
+    arm = {"mix": "tie", "algo": "dapo", "gamma": 0.0, "lr": 1e-4, "n": 8, "name": "x", "steps": 4}
+    peer = {**arm, "hooks": {"advantages": own_advantages}, "options": {"k": 4}}
+    for spec in (arm, arm, peer, peer, {**peer, "options": {"k": 2}}, arm):
+        see.train_arm(spec, ctx)
+    assert len(trained) == 4  # each second call of the same arm read its cache
+    plain, own, other, again = trained
+    assert plain[1].advantages is fgrpo.Hooks().advantages and again[0] == plain[0]
+    assert own[1].advantages is own_advantages and own[1].score is see.answer_set_verify
+    assert own[0] == {**plain[0], "k": 4} and other[0]["k"] == 2
+    settings = json.loads((tmp_path / "tie" / "x.json").read_text())["settings"]
+    assert set(settings) == {"argv", "base", "every"}  # this file's arms: their caches as before
+
+
 # Recomputed by other code than the experiment's: loops, numpy's interpolation and medians,
 # scipy's t distribution and a brute-force Wilcoxon over all sign patterns.
 def _see_metrics(point, base, shares):
