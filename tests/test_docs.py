@@ -333,6 +333,24 @@ def shown(row, k, band):  # a share at k as eval.md's table prints it: 3.6% (2.6
                                                   if band else "")
 
 
+def _z(d):  # the normal quantile of a two-sided test at the calibration's alpha
+    return statistics.NormalDist().inv_cdf(1 - d["settings"]["alpha"] / 2)
+
+
+def null_share(d, wide):  # normal theory: how often p < alpha when delta* is `wide` times too wide
+    return 2 * (1 - statistics.NormalDist().cdf(_z(d) * wide))
+
+
+def shrunk_spread(d):  # delta*'s spread at k = m = 256 of n = 1,024, shrunk by sqrt(m/(n - m))
+    return calibration(d, 1024, "subsampling", "null")["spread_factor"][-1] / 3 ** 0.5
+
+
+def paper_m(ev):  # eval.py's default m of --test subsampling at its default n (App. Q's)
+    n = ev.build_parser().get_default("n")
+    with contextlib.redirect_stdout(io.StringIO()):  # its note that m < n/2 is conservative
+        return ev.subsample_size(SimpleNamespace(m=None, test="subsampling"), n), n
+
+
 def calibration_row(n, test, setting, ks, band, last_band):
     """eval.md's cells of one row: the share at each of ks, then at the largest k."""
     def read(d):
@@ -619,8 +637,21 @@ FIGURES = [
            "(measured)", CALIBRATION, lambda d: lowest_highest(lambda d: [
                100 * r["measured"][-1] for r in d["results"]
                if (r["test"], r["setting"]) == ("permutation", "null")])(d)),
-    Figure("docs/eval.md", "(commit 0d38fc3; 145 s of CPU, {:,} s of wall clock (its `seconds`)",
-           CALIBRATION, at("seconds")),
+    Figure("docs/eval.md", "(commit 0d38fc3; {:,} s of wall clock (its `seconds`)", CALIBRATION,
+           at("seconds")),
+    Figure("docs/eval.md", "the process group's timeout is {} days", "eval.py",
+           lambda m: int(re.search(r"timedelta\(days=(\d+)\)", inspect.getsource(m)).group(1))),
+    Figure("docs/eval.md", "n/4 by default (the paper's {} of {:,})", "eval.py", paper_m),
+    Figure("docs/eval.md", "At the paper's m = n/4 delta* is sqrt(3) = {:.2f} times too wide, so "
+           "p < 0.05 needs |delta| above {:.2f} * {:.2f} = {:.2f} of its standard deviations: "
+           "equally good checkpoints get p < 0.05 about {:.1%} of the time, not {:.0%}.",
+           CALIBRATION, lambda d: (3 ** 0.5, _z(d), 3 ** 0.5, _z(d) * 3 ** 0.5,
+                                   null_share(d, 3 ** 0.5), d["settings"]["alpha"])),
+    Figure("docs/eval.md", "too often (about {:.0%} at m = 3n/4, by the same theory)", CALIBRATION,
+           lambda d: null_share(d, (1 / 3) ** 0.5)),
+    Figure("docs/eval.md", "the test would stay conservative there ({:.2f} times too wide: about "
+           "{:.1%} for {:.0%})", CALIBRATION, lambda d: (
+               shrunk_spread(d), null_share(d, shrunk_spread(d)), d["settings"]["alpha"])),
     Figure("docs/eval.md", "draws {:,} pairs of folders per row, {} problems at rates spaced "
            "geometrically from {:g} to {:g}", CALIBRATION,
            at("settings/repeats", "settings/problems", "settings/low", "settings/high")),
@@ -629,9 +660,10 @@ FIGURES = [
     Figure("docs/eval.md", "B's odds of a right answer {:g}^sqrt(1024/n) times A's ({:g} at n = "
            "1,024, {:.2f} at 16", CALIBRATION, lambda d: (
                d["settings"]["odds"], d["settings"]["odds"], d["settings"]["odds"] ** 8)),
-    Figure("docs/eval.md", "finds the difference {:.0f} to {:.0f}% of the time at k = 1 (normal "
-           "theory, exact variances)", CALIBRATION,
-           lowest_highest(shares("permutation", "power", "predicted", k=1))),
+    Figure("docs/eval.md", "where a calibrated {:.0%} test finds the difference {:.0f} to {:.0f}% "
+           "of the time at k = 1 (normal theory, exact variances)", CALIBRATION, lambda d: (
+               d["settings"]["alpha"],
+               *lowest_highest(shares("permutation", "power", "predicted", k=1))(d))),
     Figure("docs/eval.md", "| 16 | permutation | equally good | {} | {} | {} | k = {}: {} |",
            CALIBRATION, calibration_row(16, "permutation", "null", (1, 4, 16), True, False)),
     Figure("docs/eval.md", "| 16 | permutation | B better | {} | {} | {} | k = {}: {} |",
@@ -653,7 +685,7 @@ FIGURES = [
                                  (f"subsampling ({m})", "B better", "power"))),
     Figure("docs/eval.md", "Over every k, the permutation test's null shares lie between {:.1f}% "
            "and {:.1f}%", CALIBRATION, lowest_highest(shares("permutation", "null"))),
-    Figure("docs/eval.md", "a calibrated test's count of 1,000 falls in {} to {} (95%)",
+    Figure("docs/eval.md", "a calibrated test's count of 1,000 falls in {} to {} (its 95%",
            CALIBRATION, lambda d: tuple(calibration(d, 16, "permutation", "null")
                                         ["calibrated_band95"])),
     Figure("docs/eval.md", "and at k = 1 of n = 16, whose exact level is {:.1%}", CALIBRATION,
@@ -1066,7 +1098,7 @@ LOOKS_MEASURED = re.compile("|".join([
     NUM + r" of (?:the |its )?\d[\d,]*\b"]))
 # pages whose figures are not yet all registered: each leaves this set when they are
 NOT_YET_SCANNED = {f"docs/{name}.md" for name in (
-    "bench", "eval", "paper-run", "smollm2")}
+    "bench", "paper-run", "smollm2")}
 
 
 def unregistered_figures(pages, figures, root=ROOT):
