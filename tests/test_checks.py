@@ -34,6 +34,9 @@ def test_every_planted_bug_finds_its_text_once_and_its_file_still_parses(tmp_pat
     assert "occurs 0 times in f.py" in mutation.planted(tmp_path, bug("z = 1", "z = 2"))[1]
     assert "occurs 2 times in f.py" in mutation.planted(tmp_path, bug("y = 2", "y = 3"))[1]
     assert "no longer parses (line 1)" in mutation.planted(tmp_path, bug("x = 1", "x = (1"))[1]
+    # a planted copy fails this test by design: make mutation leaves it out, by its real name
+    file, name = mutation.FINDS_ITS_TEXT.split("::")
+    assert name == sys._getframe().f_code.co_name and (ROOT / file).resolve() == Path(__file__)
 
 
 # ---------------------------------------------------------------- checks/mutation.py
