@@ -22,6 +22,7 @@ settings, so a run that stops resumes where it stopped, and a rerun reads the ar
     python experiments/peers.py --plan    # the grid's runs and its CPU budget; runs nothing
     python experiments/peers.py           # the protocol's grid (hours): experiments/results/peers.*
     python experiments/peers.py --quick   # every arm and the reading in miniature (minutes)
+    python experiments/peers.py --weights-figure experiments/results/prompt_weights.png  # w(mu)
 """
 import argparse
 import itertools
@@ -46,6 +47,7 @@ import fgrpo  # noqa: E402
 import see_it_happen as see  # noqa: E402
 import see_it_happen_report as report  # noqa: E402
 from frontiers import broke_down, ceiling, compare  # noqa: E402
+from see_it_happen_figures import pyplot  # noqa: E402
 
 EPS = 1e-6  # the authors' codes' epsilon (verl's), where a std or a mean divides
 
@@ -202,6 +204,9 @@ KEY = f"{DESIGN['start']}/{DESIGN['mix']}"  # see_it_happen's condition, START/M
 QUICK_SEEDS = {"all": 3, "base": 2}  # --quick: the first seeds of each set
 OPTIONS = ("peer", "k", "beta", "lam")  # an arm's options of [arms], set on fgrpo's args
 MUS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)  # w(mu)'s table
+WEIGHT_MUS = [i / 100 for i in range(1, 100)]  # w(mu)'s figure
+# the toy's base models, whose mu the figure marks: see_it_happen's confirmation
+CONFIRMATION = ROOT / "experiments" / "results" / "see_it_happen_confirmation.json"
 
 
 def design_differences(design, toy_design):
@@ -394,8 +399,8 @@ def f_pairs():
             if base[a]["algo"] == base[b]["algo"] and base[a]["gamma"] == 0 < base[b]["gamma"]]
 
 
-def prompt_weights():
-    """w(mu) at MUS of every arm that reads only rewards (no sample hook of its own)."""
+def prompt_weights(mus=MUS):
+    """w(mu) at `mus` of every arm that reads only rewards (no sample hook of its own)."""
     out = {}
     for name, spec in ARMS.items():
         hooks = PEER_HOOKS.get(spec.get("peer"), {})
@@ -403,8 +408,47 @@ def prompt_weights():
             continue
         advantages = hooks.get("advantages", fgrpo.Hooks().advantages)
         options = SimpleNamespace(gamma=spec["gamma"], **{k: spec[k] for k in OPTIONS if k in spec})
-        out[name] = [prompt_weight(advantages, mu, DESIGN["n"], options) for mu in MUS]
+        out[name] = [prompt_weight(advantages, mu, DESIGN["n"], options) for mu in mus]
     return out
+
+
+def weight_curves(mus):
+    """prompt_weights at `mus`, the arms whose weights agree at every mu (one advantages function,
+    one gamma: DAPO's, GRPO's and CISPO's) on one curve named for all of them."""
+    arms = {}
+    for name, w in prompt_weights(mus).items():
+        arms.setdefault(tuple(w), []).append(name)
+    return {", ".join(names): list(w) for w, names in arms.items()}
+
+
+def toy_mus(path=CONFIRMATION):
+    """Each problem kind's mu under the base models of see_it_happen's results at `path` (its
+    confirmation's seeds start as this grid's do), mean over the held-out prompts and the seeds."""
+    bases = [s["base"][KEY] for s in json.loads(path.read_text())["seeds"]]
+    return {kind: statistics.fmean(statistics.fmean(see.success_probs(b, kind)) for b in bases)
+            for kind in see.KINDS}
+
+
+def weights_figure(path, marks):
+    """w(mu) of weight_curves at groups of [design]'s n over WEIGHT_MUS, on a log y axis (a
+    constant factor, which AdamW's steps ignore, is a shift), a dotted line at each mu of `marks`
+    ({label: mu}); written to `path` and returned, or None without matplotlib."""
+    plt = pyplot()
+    if plt is None:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="tight")
+    for label, w in weight_curves(WEIGHT_MUS).items():
+        ax.plot(WEIGHT_MUS, w, label=label)
+    for label, mu in marks.items():
+        ax.axvline(mu, color="grey", lw=0.8, ls=":")
+        ax.annotate(label, (mu, 0.02), xycoords=("data", "axes fraction"), rotation=90,
+                    va="bottom", ha="right", color="grey", fontsize=8)
+    ax.set(yscale="log", xlim=(0, 1), xlabel="mu, the prompt's success probability",
+           ylabel="w(mu) = N (E[A | correct] - E[A | wrong])",
+           title=f"The prompt weight of each arm that reads only rewards, groups of {DESIGN['n']}")
+    ax.legend(title="arms of the protocol", fontsize=8, title_fontsize=8)
+    fig.savefig(path, dpi=120)
+    return fig
 
 
 def summarise(seeds, toy):
@@ -505,6 +549,8 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="miniature: see_it_happen's --quick "
                    f"sizes, seeds {QUICK_SEEDS} of each set; WORK is WORK_quick")
     p.add_argument("--plan", action="store_true", help="print the grid and its budget, run nothing")
+    p.add_argument("--weights-figure", type=Path, metavar="PATH", help="draw w(mu) of the arms "
+                   "that read only rewards to PATH (a PNG), run nothing")
     args = p.parse_args(argv)
     if args.quick:
         args.work = args.work.with_name(args.work.name + "_quick")
@@ -522,6 +568,11 @@ def main(argv=None):
     toy = toy_args(args)
     if args.plan:
         print("\n".join(plan(toy)[0]))
+        return None
+    if args.weights_figure:
+        marks = {f'"{kind}" problems, base model': mu for kind, mu in toy_mus().items()}
+        if weights_figure(args.weights_figure, marks) is not None:
+            print(f"figure: {args.weights_figure}", flush=True)
         return None
     t0 = time.time()
     cpu = os.times()

@@ -1,9 +1,9 @@
 """Tests of experiments/peers.py: each peer's advantages by hand on small groups and against its
 own definition enumerated (PKPO's k-subsets, Pass@k Training's bootstrap over every k-subset), the
-prompt weight w(mu) against closed forms, the sample hook that gives two peers what they read;
-then the runner: its grid, its plan, Holm's adjustment by hand, the verdict rule, and --quick (slow)
-with every arm on its seeds and each peer's verdict read again."""
-import importlib
+prompt weight w(mu) against closed forms and its figure, the sample hook that gives two peers what
+they read; then the runner: its grid, its plan, Holm's adjustment by hand, the verdict rule, and
+--quick (slow) with every arm on its seeds and each peer's verdict read again."""
+import importlib.util
 import itertools
 import json
 import math
@@ -187,6 +187,31 @@ def test_prompt_weight_of_passk_training_is_zero_where_n_minus_k_always_pass(pee
         grpo = peers.prompt_weight(fgrpo.Hooks().advantages, mu, 8, SimpleNamespace(gamma=0.0))
         assert 0 < got < grpo
     assert peers.prompt_weight(peers.passk_training_advantages, 0.999, 8, OPTIONS) < 1e-3
+
+def test_weights_figure_draws_prompt_weight_itself(peers, tmp_path, monkeypatch):
+    # each line is prompt_weight at its x-data, with the protocol's options; arms with one
+    # advantages function and one gamma share a line; the two sample-reading peers have none
+    grpo = fgrpo.Hooks().advantages
+    arms = {"dapo, grpo, cispo": (grpo, 0.0), "f_dapo, f_cispo": (grpo, 1.0), "f_grpo": (grpo, 0.5),
+            "pkpo": (peers.pkpo_advantages, 0.0),
+            "w_reinforce": (peers.w_reinforce_advantages, 0.0),
+            "passk_training": (peers.passk_training_advantages, 0.0),
+            "maxrl": (peers.maxrl_advantages, 0.0)}
+    mus = [0.03, 0.5, 0.9]
+    want = {label: [peers.prompt_weight(adv, mu, 8, SimpleNamespace(k=4, lam=0.1, gamma=gamma))
+                    for mu in mus] for label, (adv, gamma) in arms.items()}
+    assert peers.weight_curves(mus) == want
+    marks = peers.toy_mus()  # the confirmation's base models: rare near 0, the others near 1
+    assert marks["rare"] < 0.1 and 0.8 < marks["common"] < marks["both"] < 1
+    monkeypatch.setattr(peers, "WEIGHT_MUS", mus)
+    figure = peers.weights_figure(tmp_path / "w.png", marks)
+    if importlib.util.find_spec("matplotlib") is None:
+        assert figure is None
+        return
+    lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
+    assert {label: list(lines[label].get_ydata()) for label in want} == want
+    assert all(list(lines[label].get_xdata()) == mus for label in want)
+    assert figure.axes[0].get_yscale() == "log" and (tmp_path / "w.png").stat().st_size > 0
 
 # ---------------------------------------------------------------- the sample hook
 def test_sample_for_peers_gives_the_old_mean_logprob_and_the_answer(peers):
