@@ -30,7 +30,7 @@ endif
 
 # pytest's own flags: make test-all PYTEST="--durations=15" (CI), make test PYTEST="-k verify"
 PYTEST ?=
-test: parity-deps  ## the fast suite, after every change: not the tests marked slow (about 100 s)
+test: parity-deps  ## the fast suite, after every change: not the tests marked slow (minutes)
 	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) -m pytest -q -m "not slow" $(PYTEST)
 
 test-all: parity-deps smollm2  ## every test, SmolLM2's included (CI runs this): about 25 minutes

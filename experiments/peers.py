@@ -35,7 +35,6 @@ import sys
 import time
 import tomllib
 from pathlib import Path
-from types import SimpleNamespace
 from typing import NamedTuple
 
 import torch
@@ -399,6 +398,13 @@ def f_pairs():
             if base[a]["algo"] == base[b]["algo"] and base[a]["gamma"] == 0 < base[b]["gamma"]]
 
 
+def fgrpo_args(**options):
+    """fgrpo's own args, as a hook gets them (every flag a hook may read), with `options` set."""
+    args = fgrpo.parse_args(["--model", "tiny", "--rollout", "hf"])
+    vars(args).update(options)
+    return args
+
+
 def prompt_weights(mus=MUS):
     """w(mu) at `mus` of every arm that reads only rewards (no sample hook of its own)."""
     out = {}
@@ -407,7 +413,7 @@ def prompt_weights(mus=MUS):
         if "sample" in hooks:
             continue
         advantages = hooks.get("advantages", fgrpo.Hooks().advantages)
-        options = SimpleNamespace(gamma=spec["gamma"], **{k: spec[k] for k in OPTIONS if k in spec})
+        options = fgrpo_args(gamma=spec["gamma"], **{k: spec[k] for k in OPTIONS if k in spec})
         out[name] = [prompt_weight(advantages, mu, DESIGN["n"], options) for mu in mus]
     return out
 

@@ -172,10 +172,11 @@ def test_prompt_weight_of_grpo_and_f_grpo_against_the_binomial_sum(peers):
     def binom(j, mu):
         return math.comb(n - 1, j) * mu ** j * (1 - mu) ** (n - 1 - j)
     for gamma in (0.0, 0.5, 1.0):
+        args = peers.fgrpo_args(gamma=gamma)  # fgrpo's own args: every flag its hook may read
         for mu in MUS:
             want = n * sum(binom(j, mu) * (a(j + 1, True, gamma) - a(j, False, gamma))
                            for j in range(n))
-            got = peers.prompt_weight(fgrpo.Hooks().advantages, mu, n, SimpleNamespace(gamma=gamma))
+            got = peers.prompt_weight(fgrpo.Hooks().advantages, mu, n, args)
             assert got == pytest.approx(want, rel=1e-5), (gamma, mu)
 
 
@@ -184,7 +185,7 @@ def test_prompt_weight_of_passk_training_is_zero_where_n_minus_k_always_pass(pee
     # prompt it weighs less than GRPO's everywhere above mu 1/2 here
     for mu in (0.6, 0.8, 0.95):
         got = peers.prompt_weight(peers.passk_training_advantages, mu, 8, OPTIONS)
-        grpo = peers.prompt_weight(fgrpo.Hooks().advantages, mu, 8, SimpleNamespace(gamma=0.0))
+        grpo = peers.prompt_weight(fgrpo.Hooks().advantages, mu, 8, peers.fgrpo_args(gamma=0.0))
         assert 0 < got < grpo
     assert peers.prompt_weight(peers.passk_training_advantages, 0.999, 8, OPTIONS) < 1e-3
 
@@ -198,7 +199,7 @@ def test_weights_figure_draws_prompt_weight_itself(peers, tmp_path, monkeypatch)
             "passk_training": (peers.passk_training_advantages, 0.0),
             "maxrl": (peers.maxrl_advantages, 0.0)}
     mus = [0.03, 0.5, 0.9]
-    want = {label: [peers.prompt_weight(adv, mu, 8, SimpleNamespace(k=4, lam=0.1, gamma=gamma))
+    want = {label: [peers.prompt_weight(adv, mu, 8, peers.fgrpo_args(k=4, lam=0.1, gamma=gamma))
                     for mu in mus] for label, (adv, gamma) in arms.items()}
     assert peers.weight_curves(mus) == want
     marks = peers.toy_mus()  # the confirmation's base models: rare near 0, the others near 1

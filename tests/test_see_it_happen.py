@@ -9,7 +9,6 @@ import random
 import re
 import signal
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -136,7 +135,7 @@ def test_exact_update_hooks_advantages_by_hand(see):
     assert texts[:3] == ["\\boxed{0}", "\\boxed\\boxed{0}", "\\boxed\\boxed\\boxed{0}"]
     golds = ["3, 9"] * group + ["8"] * group  # both kind, then a gold of neither strategy
     rewards = torch.tensor(see.answer_set_verify(texts, golds)).view(2, -1)
-    args = SimpleNamespace(gamma=1.0)
+    args = fgrpo.parse_args(["--model", "tiny", "--rollout", "hf", "--gamma", "1"])
     adv = hooks["advantages"](rewards, samples, args)  # as fgrpo.run_step calls it
     with torch.no_grad():
         logp = [(fgrpo.token_logprobs(model, *fgrpo.collate([(p, c)], 0)[:2])[0, len(p) - 1:]).sum()
