@@ -80,7 +80,7 @@ def add_model_and_algorithm_flags(parser):
     a("--gamma", type=float, help=f"focal exponent, 0 = the base algorithm; default: {PAPER_GAMMA}")
     a("--eps-low", type=float, help=f"lower clip; default: the paper's, per algo {PAPER_EPS}")
     a("--eps-high", type=float, help="upper clip; default: the paper's, per algo")
-    a("--dual-clip", type=float, help=f"dual clip c for {DUAL_CLIP_ALGOS}: verl's clip_ratio_c; off")
+    a("--dual-clip", type=float, help=f"dual clip c, {DUAL_CLIP_ALGOS} only: verl's clip_ratio_c")
 
 def add_batch_and_sampling_flags(parser):
     a = parser.add_argument_group("batch sizes and optimiser (App. L, Table 5)").add_argument
