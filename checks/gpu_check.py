@@ -327,6 +327,10 @@ def train_flops(config, non_embedding, lengths, responses):
     return 4 * forward
 
 
+def device_name(device):  # the GPU's name, as BF16_PEAK is looked up by; on a CPU the processor's
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+
+
 def bf16_peak(name):  # (the GPU's bf16 dense peak in FLOP/s, the BF16_PEAK entry), or Nones
     key = next((k for k in BF16_PEAK if k in name), None)
     return BF16_PEAK.get(key), key
@@ -365,7 +369,7 @@ def part_train(model, device, prompts, max_new, steps):
     non_embedding = non_embedding_params(model)
     # a step: one train_step call, the rollout batch's 4 optimiser steps
     flops = train_flops(model.config, non_embedding, attn.sum(-1).tolist(), mask.sum(-1).tolist())
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    name = device_name(device)
     peak, peak_of = bf16_peak(name)
     finite = all(math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]) for m in metrics)
     result = {"non_embedding_params": non_embedding, "sequences": len(ids), "tokens": tokens,
@@ -662,10 +666,16 @@ def part_memory(device, folder):
             out[name] = "fits"
         except SystemExit as e:
             out[name] = str(e.code)
-        refuse = 16 * params / gpus / 2**30 + args.vllm_mem * gib > gib
+        refuse = planned_gib(params, gpus, args.vllm_mem, gib) > gib
         said = f"{params / 1e9:.1f}B parameters x 16 bytes" in out[name]
         ok = ok and (said if refuse else out[name] == "fits")
     return out, ok
+
+
+def planned_gib(params, gpus, vllm_mem, gib):
+    """A GPU's memory in check_gpus's plan, by hand: FSDP2's fp32 weights, gradients and AdamW's
+    two moments (16 bytes a parameter) over the GPUs, plus vLLM's share (--vllm-mem) of its gib."""
+    return 16 * params / gpus / 2**30 + vllm_mem * gib
 
 
 def deterministic_mode():
@@ -732,6 +742,13 @@ def weights_digest(model):
                   for v in model.state_dict().values())
 
 
+def start_digests(model, prompts, seed):
+    """What a step starts from, as digests (STARTS_FROM): the trainer's weights (this rank's
+    shard), its prompts (the data position) and its sampling seed."""
+    return {"seed": seed, "weights": weights_digest(model),
+            "prompts": digest([json.dumps(prompts).encode()])}
+
+
 def recording_hooks(args):
     """fgrpo.Hooks of the loop's runs: fgrpo.rollout, after (at every step, every rank) the engine's
     weights read back against the trainer's (compare_engine: the last sync, or the load from the
@@ -741,8 +758,7 @@ def recording_hooks(args):
     path = Path(args.out) / f"loop_rank{fgrpo.RANK}.jsonl"
 
     def sample(model, tok, engine, prompts, n, sampling, seed):
-        row = {"seed": seed, "weights": weights_digest(model),
-               "prompts": digest([json.dumps(prompts).encode()])}
+        row = start_digests(model, prompts, seed)
         if engine is not None:
             row.update(compare_engine(engine, model))
         samples = fgrpo.rollout(model, tok, engine, prompts, n, sampling, seed)
@@ -760,12 +776,16 @@ def loop_sizes(world):
     return {"prompts": 4 * mini_batch, "mini_batch": mini_batch}
 
 
+def run_env():  # this process's environment without its torchrun variables: a run's own
+    return {k: v for k, v in os.environ.items()
+            if k not in TORCHRUN_VARS and not k.startswith("TORCHELASTIC")}
+
+
 def loop_env(ranks):
     """The environment of the loop's fgrpo runs: no torchrun variables of this check's own, cuBLAS
     in its deterministic workspace configuration (what torch's deterministic mode asks for on
     CUDA), and the cores shared out: two runs of `ranks` ranks may run side by side."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in TORCHRUN_VARS and not k.startswith("TORCHELASTIC")}
+    env = run_env()
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // (2 * ranks)))
     return env
@@ -803,13 +823,14 @@ def start(cmd, work, name, env, mode):
 
 
 def finish(proc, work, name, plan, code=0):
-    """Wait for a run, until the loop's mark at most; its log's tail in the error if it did not
+    """Wait for a run, until the part's mark at most; its log's tail in the error if it did not
     exit with `code`."""
     try:
         rc = proc.wait(max(plan.left(), 1e-3))
     except subprocess.TimeoutExpired:
-        raise OutOfTime(f"{name} still ran at the loop's mark ({plan.marks['loop']:.4g} s from "
-                        f"the start; its log: {work / name}.log)") from None
+        raise OutOfTime(f"{name} still ran at the {plan.part} part's mark "
+                        f"({plan.marks[plan.part]:.4g} s from the start; its log: "
+                        f"{work / name}.log)") from None
     if rc != code:
         tail = (work / f"{name}.log").read_text()[-1500:]
         raise RuntimeError(f"{name} exited with {rc}, not {code}: ...{tail}")
@@ -820,14 +841,18 @@ def metrics(out):  # a run's metrics.jsonl without its timings (t_*), which diff
     return [{k: v for k, v in r.items() if not k.startswith("t_")} for r in rows]
 
 
-def sigterm_after(proc, work, name, step, steps):
-    """SIGTERM to the run, torchrun and its ranks (as a preemption sends it), once it has logged
-    `step` steps; returns it, stopping."""
-    path = work / name / "metrics.jsonl"
-    while not path.exists() or path.read_text().count("\n") < step:
+def logged(out, step):  # whether a run into `out` has logged `step` steps
+    path = out / "metrics.jsonl"
+    return path.exists() and path.read_text().count("\n") >= step
+
+
+def sigterm_after(proc, work, name, ready, what):
+    """SIGTERM to the run, torchrun and its ranks (as a preemption sends it), once ready() holds
+    (`what` says what it waits for); returns it, stopping."""
+    while not ready():
         if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode} before step {step} of "
-                               f"{steps}: ...{(work / f'{name}.log').read_text()[-1500:]}")
+            raise RuntimeError(f"{name} exited with {proc.returncode} before {what}: "
+                               f"...{(work / f'{name}.log').read_text()[-1500:]}")
         time.sleep(0.05)
     for pid in [proc.pid, *descendants(proc.pid)]:
         with contextlib.suppress(ProcessLookupError):  # one that exited meanwhile
@@ -852,6 +877,18 @@ def nondeterministic_ops(log):
     return sorted({name.strip() for name in found})
 
 
+def gpus_shared(device, out):
+    """Whether the runs' processes can share the GPUs with this one: not in EXCLUSIVE_PROCESS
+    compute mode (compute_modes and the error into out)."""
+    if device.type == "cuda":
+        out["compute_modes"] = compute_modes()
+        if "Exclusive_Process" in (out["compute_modes"] or []):
+            out["error"] = ("the GPU is in EXCLUSIVE_PROCESS compute mode: the runs' processes "
+                            "cannot share it with this one (nvidia-smi -c DEFAULT)")
+            return False
+    return True
+
+
 def part_loop(device, work, loop, plan, state):
     """fgrpo.train on the tiny task under torchrun on every GPU (`loop`: ranks, steps, rollout): a
     run stopped by SIGTERM at half its steps and resumed must equal an uninterrupted one, and
@@ -861,17 +898,17 @@ def part_loop(device, work, loop, plan, state):
     if fgrpo.RANK:
         return {"skipped": "rank 0 runs it, on every GPU"}, True
     out = {**loop, "device": device.type, "deterministic": True, "work": str(work)}
-    if device.type == "cuda":
-        out["compute_modes"] = compute_modes()
-        if "Exclusive_Process" in (out["compute_modes"] or []):
-            out["error"] = ("the GPU is in EXCLUSIVE_PROCESS compute mode: the loop's processes "
-                            "cannot share it with this one (nvidia-smi -c DEFAULT)")
-            return out, False
+    if not gpus_shared(device, out):
+        return out, False
     try:
         run_loop(work, loop_env(loop["ranks"]), loop, plan, out)
     finally:
         kill_children()
     return judge_loop(work, out)
+
+
+def last_save(out):  # a run's checkpoint that --resume goes on from: the one OUT/latest names
+    return out / (out / "latest").read_text()
 
 
 def run_loop(work, env, loop, plan, out):
@@ -888,11 +925,12 @@ def run_loop(work, env, loop, plan, out):
     straight = start_run(work, "straight", env, loop, steps, "--save-every=1", "--keep-weights")
     if loop["rollout"] == "vllm":
         finish(straight, work, "straight", plan)
-    resumed = sigterm_after(start_run(work, "resumed", env, loop, steps), work, "resumed",
-                            steps // 2, steps)
+    half = functools.partial(logged, work / "resumed", steps // 2)
+    resumed = sigterm_after(start_run(work, "resumed", env, loop, steps), work, "resumed", half,
+                            f"step {steps // 2} of {steps}")
     finish(resumed, work, "resumed", plan, code=1)  # "stopped by SIGTERM after step K"
-    stopped = int((work / "resumed" / "latest").read_text().split("_")[1])
-    saved = work / "resumed" / f"step_{stopped:06d}"
+    saved = last_save(work / "resumed")
+    stopped = int(saved.name.split("_")[1])
     trainer_state = torch.load(saved / "trainer_state.pt")
     # the resumed run deletes it; judge_equality holds it against the uninterrupted run's
     shutil.copy(saved / "model.safetensors", work / "resumed_at_stop.safetensors")
@@ -964,9 +1002,9 @@ def judge_equality(work, a, b, out):
     return out["resume_verdict"] == "exact" or out["resume_verdict"].startswith("restarted")
 
 
-def loop_rows(folder):  # recording_hooks' lines of a run: {rank: [a row per step]}
-    return {int(p.stem[len("loop_rank"):]): [json.loads(x) for x in p.read_text().splitlines()]
-            for p in sorted(folder.glob("loop_rank*.jsonl"))}
+def loop_rows(folder, name="loop"):  # recording_hooks' lines of a run: {rank: [a row per step]}
+    return {int(p.stem[len(f"{name}_rank"):]): [json.loads(x) for x in p.read_text().splitlines()]
+            for p in sorted(folder.glob(f"{name}_rank*.jsonl"))}
 
 
 # what a step starts from, as recording_hooks digests it, in the words of the resume verdict
@@ -974,14 +1012,23 @@ STARTS_FROM = {"weights": "weights", "prompts": "problems (the data position)",
                "seed": "sampling seed"}
 
 
+def differing_starts(pairs):
+    """What a step starts from (STARTS_FROM) in one run and not in the other, on any rank, of a
+    (row, row) pair a rank; a missing row (None) differs in all, as no pair at all does."""
+    return [words for key, words in STARTS_FROM.items()
+            if not pairs or any(not x or not y or x.get(key) != y.get(key) for x, y in pairs)]
+
+
+def row_at(rows, index):  # rows[index], None past their end
+    return rows[index] if index < len(rows) else None
+
+
 def restart_differences(work, stopped):
     """What the first step after the restart (stopped + 1) starts from in the resumed run and not
-    in the uninterrupted one, on any rank (STARTS_FROM); a missing row counts as all."""
+    in the uninterrupted one, on any rank (differing_starts)."""
     a, b = loop_rows(work / "straight"), loop_rows(work / "resumed")
-    rows = [(x[stopped:stopped + 1], b.get(rank, [])[stopped:stopped + 1]) for rank, x in a.items()]
-    return [words for key, words in STARTS_FROM.items()
-            if not rows or any(not x or not y or x[0].get(key) != y[0].get(key)
-                               for x, y in rows)]
+    return differing_starts([(row_at(x, stopped), row_at(b.get(rank, []), stopped))
+                             for rank, x in a.items()])
 
 
 def first_sample_difference(work):
