@@ -1122,7 +1122,7 @@ def command_hooks():
     started from, and the seconds those digests took (inside t_rollout)."""
     seen = {}  # the run's args and tokenizer, its problems (once), this step's row
 
-    def sample(model, tok, engine, prompts, n, args, seed):
+    def sample_timed(model, tok, engine, prompts, n, args, seed):
         row = {"pid": os.getpid(), "t_sample": time.time()}
         if not seen:  # this process's first step
             row["start"] = start_digests(model, prompts, seed)
@@ -1144,7 +1144,7 @@ def command_hooks():
         row.update(step=step, t_end=time.time())
         with (Path(args.out) / f"command_rank{fgrpo.RANK}.jsonl").open("a") as f:
             f.write(json.dumps(row) + "\n")
-    return fgrpo.Hooks(sample=sample, after_step=after_step)
+    return fgrpo.Hooks(sample=sample_timed, after_step=after_step)
 
 
 def run_problems(seen):
