@@ -1013,7 +1013,7 @@ def judge_equality(work, a, b, out):
     return out["resume_verdict"] == "exact" or out["resume_verdict"].startswith("restarted")
 
 
-def loop_rows(folder, name="loop"):  # recording_hooks' lines of a run: {rank: [a row per step]}
+def loop_rows(folder, name="loop"):  # recording_hooks' (command_hooks') rows: {rank: [rows]}
     return {int(p.stem[len(f"{name}_rank"):]): [json.loads(x) for x in p.read_text().splitlines()]
             for p in sorted(folder.glob(f"{name}_rank*.jsonl"))}
 
@@ -1118,8 +1118,8 @@ def command_hooks():
     OUT/command_rankR.jsonl) its samples' (prompt, completion) lengths, when it sampled and
     ended, the trainer's peak memory, and digests of what the next step starts from as an
     uninterrupted run takes it: the weights now, the problems at the data position after this
-    step and the step's sampling seed (start_digests); at a process's first step, what that step
-    started from, and the seconds those digests took (inside t_rollout)."""
+    step and the next step's sampling seed (start_digests); at a process's first step, what that
+    step started from, and the seconds those digests took (inside t_rollout)."""
     seen = {}  # the run's args and tokenizer, its problems (once), this step's row
 
     def sample_timed(model, tok, engine, prompts, n, args, seed):
