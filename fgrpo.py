@@ -954,7 +954,7 @@ def train(args, hooks=Hooks()):
         if stop:
             sys.exit(f"stopped by SIGTERM after step {step}; --resume goes on from the last save")
 
-def main():
+def main(hooks=Hooks()):  # hooks: as train's, for a check that runs this entry point
     args = parse_args()
     if args.model == build_parser().get_default("model") and not torch.cuda.is_available():
         sys.exit(f"error: {args.model} needs GPUs (about 120 GB of fp32 weights, gradients and "
@@ -963,7 +963,7 @@ def main():
     if needs_relaunch():  # plain `python fgrpo.py` on a multi-GPU node: a rank per GPU
         relaunch_under_torchrun()
     else:
-        train(args)
+        train(args, hooks)
 
 if __name__ == "__main__":
     main()

