@@ -89,7 +89,7 @@ gpu-wheels:  ## where PyPI is reachable: math-verify's wheels into checks/wheels
 		$(MATH_VERIFY)
 
 NO_MATH_VERIFY = error: math-verify does not import and cannot be installed from $(WHEELS): run \
-	make gpu-wheels where PyPI is reachable and take $(WHEELS) along (docs/bench.md)
+	make gpu-wheels where PyPI is reachable and take $(WHEELS) along (docs/gpu-check.md)
 
 # in a plan of 6 minutes (10 with vLLM) counted from the process's start (checks/gpu_check.py's
 # PLAN_S); on one H200 2-4 minutes expected without vLLM, its start on a GPU unmeasured

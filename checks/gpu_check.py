@@ -18,8 +18,8 @@ SIGTERM and resumed: part_command), in a plan of its own (COMMAND_S), printed be
 On a GPU vLLM is required unless --rollout hf is asked for.
 checks/gpu_results.json is written after every part and holds every rank's verdict (Report); the
 ranks agree on each part's (Agreement); the exit status is 1 if a part fails on any rank. On a
-node with several GPUs the check re-launches itself under torchrun, a rank per GPU. docs/bench.md
-says what a pass proves and what it does not.
+node with several GPUs the check re-launches itself under torchrun, a rank per GPU.
+docs/gpu-check.md says what a pass proves and what it does not.
 """
 import argparse
 import contextlib
@@ -78,7 +78,7 @@ SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
 # each), their most new tokens and its steps; the rollout part's prompts a rank, samples, new tokens
 SIZES = {"small": dict(lp=(1, 64), prompts=4, max_new=64, steps=1, r=(4, 2, 16)),
          "full": dict(lp=(4, 4096), prompts=16, max_new=2048, steps=3, r=(32, 8, 512))}
-LOOP_STEPS = 20  # the demo learns visibly in 20 steps (docs/bench.md, the loop row)
+LOOP_STEPS = 20  # the demo learns visibly in 20 steps (docs/gpu-check.md, the loop row)
 SMALL_LOOP_STEPS = 6  # --small: the same checks of resuming, in a fraction of the time
 # The command part (not in the default plan): `python fgrpo.py` at the paper's settings but these,
 # so that the 7B ends in about 10 minutes on 8 H100s (a guess: never run on a GPU), COMMAND_S its
@@ -96,7 +96,7 @@ TORCHRUN_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_
                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR",
                  "MASTER_PORT"}
 # The time plan on one H200, in seconds: each part's share, about twice what it should take
-# (docs/bench.md; the first's includes the imports and the process group's set-up). With vLLM
+# (docs/gpu-check.md; the first's includes the imports and the process group's set-up). With vLLM
 # (--rollout vllm) its starts add VLLM_START_S to the rollout part's (the 0.5B model's engine) and
 # VLLM_LOOP_S to the loop's (three engines of the tiny model a rank, one after the other): guesses,
 # unmeasured, as no vLLM has started on a GPU here (import, torch.compile, CUDA-graph capture).
@@ -1614,14 +1614,14 @@ def check_needs(a):
                  "the same code on a CPU")
     if a.rollout == "vllm" and not vllm_installed():
         sys.exit("error: vLLM is not installed, and a run on GPUs samples with it: pip install "
-                 "vllm==0.32.0, or --rollout hf to check the rest without it (docs/bench.md)")
+                 "vllm==0.32.0, or --rollout hf to check the rest without it (docs/gpu-check.md)")
     if {"loop", "command"} & set(a.parts):
         try:
             importlib.import_module("math_verify")
         except ImportError as e:
             sys.exit(f"error: the loop and command parts' reward needs math-verify, which does not "
                      f"import ({e}): run `make gpu-wheels` where PyPI is reachable and take "
-                     "checks/wheels along (docs/bench.md), or leave those parts out (--parts)")
+                     "checks/wheels along (docs/gpu-check.md), or leave those parts out (--parts)")
 
 
 def set_up(a):

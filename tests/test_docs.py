@@ -503,9 +503,34 @@ def plan_evaluation(table1):  # table1.py's estimate of one evaluation of the si
             cost.disk_gb * 1e9 / (problems * n * table1.PLAN_TOKENS[1]))
 
 
+GPU_CHECK = "checks/gpu_check.py"
+
+
+def gpu_plan_minutes(g):  # gpu_check.py's plan in minutes, without vLLM and with its starts
+    plan = sum(g.PLAN_S.values())
+    return plan / 60, (plan + g.VLLM_START_S + g.VLLM_LOOP_S) / 60
+
+
+def check_gpus_bytes(code):  # the bytes a parameter fgrpo.check_gpus plans for
+    return int(re.search(r"need = (\d+) \* params", inspect.getsource(code.check_gpus))[1])
+
+
+def command_checkpoint(g):  # the command part's checkpoint, as its plan prints it: bytes, 7B GB
+    per_param = int(re.search(r"checkpoint_gb = (\d+) \*", inspect.getsource(g.command_plan))[1])
+    return per_param, per_param * g.QWEN25_7B_PARAMS / 1e9
+
+
+def command_minutes(g):  # the command part's expected minutes with the 7B, as its plan prints them
+    return re.search(r"the 7B on 8 H100s about (\d+) minutes", inspect.getsource(g.command_plan))[1]
+
+
+def collective_hours(code):  # how long a collective of fgrpo.train waits
+    return int(re.search(r"timedelta\(hours=(\d+)\)", inspect.getsource(code))[1])
+
+
 # docs/paper-run.md's memory and time plan for Qwen2.5-7B, redone from the code: table1.py's plan
 # constants and model size, gpu_check.py's Qwen2.5-7B shapes, fgrpo.py's defaults and check_gpus
-PAPER_RUN = ("experiments/table1.py", "checks/gpu_check.py", FLAGS, "fgrpo.py")
+PAPER_RUN = ("experiments/table1.py", GPU_CHECK, FLAGS, "fgrpo.py")
 CARDS_GB = (80, 141)  # an H100's and an H200's memory, as NVIDIA's data sheets name the cards
 CUDA_CONTEXT_GB = 3  # "a few GB of CUDA context", as the page's formula says it
 
@@ -525,7 +550,7 @@ def paper_sizes(table1, gpu_check, flags, code):  # bytes, minutes and counts, b
     attention = 2 * (hidden * hidden + hidden * kv + kv) + hidden  # q, o; k, v; q, k, v's biases
     tokens = flags["--max-prompt-len"] + flags["--max-new-tokens"]
     steps = flags["--epochs"] * table1.DEEPSCALER // flags["--prompts"]
-    per_param = int(re.search(r"need = (\d+) \* params", inspect.getsource(code.check_gpus))[1])
+    per_param = check_gpus_bytes(code)
     assert per_param == 4 + 4 + 8  # fp32 weights, gradients, AdamW's two moments
     s = dict(params=params, gpus=gpus, per_param=per_param, tokens=tokens, steps=steps,
              fp32=4 * params, optimizer=8 * params, bf16=2 * params,
@@ -579,9 +604,8 @@ FIGURES = [
                            for x in t.PAPER[run])),
     Figure("README.md", "**GRPO {:.1f}, DAPO {:.1f}, CISPO {:.1f}**", "fgrpo.py",
            lambda m: tuple(m.PAPER_GAMMA[a] for a in ("grpo", "dapo", "cispo"))),
-    Figure("README.md", "in a plan of {:.0f} minutes ({:.0f} with vLLM)", "checks/gpu_check.py",
-           lambda m: (sum(m.PLAN_S.values()) / 60,
-                      (sum(m.PLAN_S.values()) + m.VLLM_START_S + m.VLLM_LOOP_S) / 60)),
+    Figure("README.md", "in a plan of {:.0f} minutes ({:.0f} with vLLM)", GPU_CHECK,
+           gpu_plan_minutes),
     Figure("README.md", "fits in `--grace` ({:g} s)", FLAGS, lambda f: f["--grace"]),
     Figure("README.md", "Both are accepted on {:.0%} of the problems, only the last on {:.0%}, "
            "only the first on {:.0%}", PROTOCOL,
@@ -647,6 +671,44 @@ FIGURES = [
            / g.QWEN25_7B_PARAMS),
     Figure("docs/bench.md", "{:.1%} of the forwards' positions are padding against {:.1%}", BENCH,
            at("raw/lengths/fgrpo/0/pad_frac", "raw/lengths/plain/0/pad_frac")),
+    # ------------------------------------------------ docs/gpu-check.md: gpu_check.py's constants
+    Figure("docs/gpu-check.md", "in a plan of {:.0f} minutes ({:.0f} with vLLM) counted from the "
+           "process's start", GPU_CHECK, gpu_plan_minutes),
+    Figure("docs/gpu-check.md", "# without vLLM: {:.0f} minutes at most", GPU_CHECK,
+           lambda g: gpu_plan_minutes(g)[0]),
+    Figure("docs/gpu-check.md", "on a CPU one stand-in GPU of {} GiB", GPU_CHECK,
+           lambda g: g.STAND_IN_GIB),
+    Figure("docs/gpu-check.md", "its {:,} parameters (counted by hand) x {} bytes over the GPUs",
+           (GPU_CHECK, "fgrpo.py"), lambda g, code: (g.QWEN25_7B_PARAMS, check_gpus_bytes(code))),
+    Figure("docs/gpu-check.md", "the {} bytes a parameter are a plan, not measured", "fgrpo.py",
+           check_gpus_bytes),
+    Figure("docs/gpu-check.md", "the disk its checkpoints need ({} bytes a parameter, {:.0f} GB "
+           "for the 7B, two at a time during a save)", GPU_CHECK, command_checkpoint),
+    Figure("docs/gpu-check.md", "sized for about {} minutes with the 7B on 8 H100s (never "
+           "measured)", GPU_CHECK, command_minutes),
+    Figure("docs/gpu-check.md", "waits {} s at most (`LOOP_COLLECTIVE_S`; fgrpo.train's own waits "
+           "{} hours)", (GPU_CHECK, "fgrpo.py"),
+           lambda g, code: (g.LOOP_COLLECTIVE_S, collective_hours(code))),
+    Figure("docs/gpu-check.md", "`GRACE_S` ({} s) later", GPU_CHECK, lambda g: g.GRACE_S),
+    # ... and its time plan's table
+    *(Figure("docs/gpu-check.md", f"| {name} | {{}} s |", GPU_CHECK,
+             lambda g, n=name: g.PLAN_S[n])
+      for name in ("setup", "logprobs", "train", "rollout", "memory", "loop")),
+    Figure("docs/gpu-check.md", "| (rollout, vLLM) | +{} s |", GPU_CHECK,
+           lambda g: g.VLLM_START_S),
+    Figure("docs/gpu-check.md", "| (loop, vLLM) | +{} s |", GPU_CHECK, lambda g: g.VLLM_LOOP_S),
+    Figure("docs/gpu-check.md", "| total | {:.0f} s | {:.0f} s with vLLM", GPU_CHECK,
+           lambda g: tuple(60 * m for m in gpu_plan_minutes(g))),
+    Figure("docs/gpu-check.md", "| command (on its own) | {} s |", GPU_CHECK,
+           lambda g: g.COMMAND_S),
+    Figure("docs/gpu-check.md", "passes over {:,} tokens; the plain side's {:.0f} GB of fp32 "
+           "logits", GPU_CHECK, lambda g: (math.prod(g.SIZES["full"]["lp"]),
+                                           math.prod(g.SIZES["full"]["lp"]) * g.VOCAB * 4 / 1e9)),
+    Figure("docs/gpu-check.md", "{} saves of {:.0f} GB |", GPU_CHECK,
+           lambda g: (g.COMMAND_STEPS, command_checkpoint(g)[1])),
+    Figure("docs/gpu-check.md", "the paper's but {} steps of {} prompts a GPU, up to {:,} new "
+           "tokens", GPU_CHECK, lambda g: (g.COMMAND_STEPS, *at(
+               "prompts_per_rank", "max_new_tokens")(g.COMMAND_SIZES["full"]))),
     # ------------------------------------------------ docs/verification.md: verify's own run
     Figure("docs/verification.md", "at commit {} on 2 idle Intel Xeon cores, 16 a message gave "
            "{:.2f}x of verl's serial reward", VERIFY,
@@ -849,8 +911,7 @@ FIGURES = [
     Figure("docs/paper-run.md", "a checkpoint of a 7B writes about {:.0f} GB", PAPER_RUN,
            sized(lambda s, t1, f: t1.PLAN_CKPT_BYTES * s["params"])),
     Figure("docs/paper-run.md", "(`--grace`, {:g} s by default", FLAGS, lambda f: f["--grace"]),
-    Figure("docs/paper-run.md", "a collective waits up to {} hours", "fgrpo.py",
-           lambda m: int(re.search(r"timedelta\(hours=(\d+)\)", inspect.getsource(m))[1])),
+    Figure("docs/paper-run.md", "a collective waits up to {} hours", "fgrpo.py", collective_hours),
     Figure("docs/paper-run.md", "downloads a 7B or writes a {:.0f} GB checkpoint", PAPER_RUN,
            sized(lambda s, t1, f: s["fp32"])),
     # ------------------------------------------------ docs/table1.md: the estimate, the tiny run
@@ -1243,9 +1304,6 @@ LOOKS_MEASURED = re.compile("|".join([
     r"(?<![\w.])[+\-\u2212]\d+\.\d\d+",
     r"\[[+\-\u2212]?\d+\.\d+, [+\-\u2212]?\d+\.\d+\]",
     NUM + r" of (?:the |its )?\d[\d,]*\b"]))
-# pages whose figures are not yet all registered: each leaves this set when they are (bench.md:
-# those of its `make gpu-check` section; the rest of it are registered)
-NOT_YET_SCANNED = {"docs/bench.md"}
 
 
 def unregistered_figures(pages, figures, root=ROOT):
@@ -1273,8 +1331,7 @@ def unregistered_figures(pages, figures, root=ROOT):
 
 
 def test_no_figure_in_the_docs_without_a_registered_source():
-    pages = [str(p.relative_to(ROOT)) for p in DOCS]
-    found = unregistered_figures([p for p in pages if p not in NOT_YET_SCANNED], FIGURES)
+    found = unregistered_figures([str(p.relative_to(ROOT)) for p in DOCS], FIGURES)
     assert not found, "a figure with no source in FIGURES (CONTRIBUTING.md):\n" + "\n".join(found)
 
 

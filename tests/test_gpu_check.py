@@ -428,8 +428,8 @@ def test_gpu_check_watches_the_process_group_set_up_from_the_process_start(tmp_p
 
 
 def test_gpu_check_time_plan_is_the_one_the_docs_state():
-    # the plan's totals, with and without vLLM, as the Makefile, README and docs/bench.md state
-    # them, and docs/bench.md's table of shares; --budget scales the whole plan, so a part run
+    # the plan's totals, with and without vLLM, as the Makefile, README and docs/gpu-check.md state
+    # them, and docs/gpu-check.md's table of shares; --budget scales the whole plan, so a part run
     # alone (--parts) has the time it has in a full check, not the whole budget
     gpu_check = _gpu_check()
     plan = sum(gpu_check.PLAN_S.values())
@@ -440,14 +440,14 @@ def test_gpu_check_time_plan_is_the_one_the_docs_state():
     gpu_check_target = next(b for b in makefile.split("\n\n") if "\ngpu-check:" in b)
     readme = (ROOT / "README.md").read_text()
     paragraph = readme[readme.index("**First, `make gpu-check`**"):].split("\n\n")[0]
-    bench = (ROOT / "docs" / "bench.md").read_text()
+    page = (ROOT / "docs" / "gpu-check.md").read_text()
     for name, text in (("Makefile", gpu_check_target), ("README.md", paragraph),
-                       ("docs/bench.md", bench), ("gpu_check.py", gpu_check.__doc__)):
+                       ("docs/gpu-check.md", page), ("gpu_check.py", gpu_check.__doc__)):
         assert stated in " ".join(text.split()), name
     rows = [f"| {name} | {share} s |" for name, share in gpu_check.PLAN_S.items()]
     rows += [f"| (rollout, vLLM) | +{gpu_check.VLLM_START_S} s |",
              f"| (loop, vLLM) | +{gpu_check.VLLM_LOOP_S} s |", f"| total | {plan} s |"]
-    assert all(row in bench for row in rows), rows
+    assert all(row in page for row in rows), rows
     for rollout, total in (("hf", plan), ("vllm", with_vllm)):
         installed = rollout == "vllm"
         whole = gpu_check.time_shares(gpu_check.parse_args(["--rollout", rollout]))
@@ -461,7 +461,7 @@ def test_gpu_check_time_plan_is_the_one_the_docs_state():
         assert some == {"setup": 45, "rollout": 60 + installed * 120, "loop": loop}
     # the command part: not in the default plan; asked for, its own share, scaled alike
     command = gpu_check.COMMAND_S
-    assert f"| command (on its own) | {command} s |" in bench
+    assert f"| command (on its own) | {command} s |" in page
     alone = gpu_check.parse_args(["--parts", "command", "--rollout", "hf"])
     assert gpu_check.time_shares(alone) == {"command": command}
     both = gpu_check.parse_args(["--parts", "command,loop", "--budget", "720", "--rollout", "hf"])
@@ -487,7 +487,7 @@ def test_gpu_check_counts_train_flops_by_hand():
         assert gpu_check.non_embedding_params(model) == 1224
         assert sum(p.numel() for p in model.parameters()) == 1224 + 80 * (2 - tied)
         assert gpu_check.train_flops(config, 1224, [5, 4], [2, 3]) == 101_824
-    # the check's own batch (docs/bench.md's figures): 79,129 tokens, 3.21e14 FLOP a call, where
+    # the check's own batch (docs/gpu-check.md's figures): 79,129 tokens, 3.21e14 FLOP a call, where
     # 8 N tokens (N with the embeddings) counted 3.99e14
     with torch.device("meta"):
         model = Qwen2ForCausalLM(Qwen2Config(vocab_size=gpu_check.VOCAB, **gpu_check.QWEN25_05B))
