@@ -426,13 +426,6 @@ def seen_ci(*path):  # its paired summary at path: mean, lo, hi
     return lambda d: tuple(seen(*path, x)(d) for x in ("mean", "lo", "hi"))
 
 
-def seen_row(k):  # README's See it happen row at k: base, N 8 on both seed sets, exact
-    return lambda a, b: (seen("base", f"pass@{k}", 0)(a),
-                         *seen_ci("frontier", "1/8", f"pass@{k}", "gap")(a),
-                         *seen_ci("frontier", "1/8", f"pass@{k}", "gap")(b),
-                         *seen_ci("frontier", "1/exact", f"pass@{k}", "gap")(a))
-
-
 def seen_focal_row(k):  # why-focal.md's table row at k: N 8, exact, N 8 minus exact
     return lambda d: (*seen_ci("frontier", "1/8", f"pass@{k}", "gap")(d),
                       *seen_ci("frontier", "1/exact", f"pass@{k}", "gap")(d),
@@ -609,9 +602,6 @@ FIGURES = [
     Figure("README.md", "Both are accepted on {:.0%} of the problems, only the last on {:.0%}, "
            "only the first on {:.0%}", PROTOCOL,
            at("mixes/tie/both", "mixes/tie/rare", "mixes/tie/common")),
-    Figure("README.md", "is confirmed, {} of {} seeds", SEEN,
-           lambda d: tuple(seen("frontier", "1/8", "pass@16", "gap", x)(d)
-                           for x in ("positive", "n"))),
     Figure("README.md", "the confirmation: {:.0f} h on 2 cores", SEEN,
            lambda d: d["times"]["wall_s"] / 3600),
 
@@ -873,11 +863,10 @@ FIGURES = [
     Figure("docs/paper-run.md", "each rank samples {} completions; at {:,}-{:,} tokens each and a "
            "few thousand tokens/s of vLLM decode per GPU, the rollout takes {:.1f}-{:.0f} minutes.",
            PAPER_RUN, sized(lambda s, t1, f: (s["completions"], *t1.PLAN_TOKENS, *s["rollout"]))),
-    Figure("docs/paper-run.md", "So roughly {}-{} minutes per step and, for the paper's {} epochs "
-           "({:,} steps: {} x {:,} problems // {} prompts), {:.0f}-{:.0f} hours on the node, "
-           "{:.0f}-{:,.0f} GPU-hours.", PAPER_RUN, sized(lambda s, t1, f: (
+    Figure("docs/paper-run.md", "So roughly {}-{} minutes per step, over the paper's {} epochs "
+           "({:,} steps: {} x {:,} problems // {} prompts)", PAPER_RUN, sized(lambda s, t1, f: (
                *t1.PLAN_STEP_MIN, f["--epochs"], s["steps"], f["--epochs"], t1.DEEPSCALER,
-               f["--prompts"], *s["hours"], *(h * s["gpus"] for h in s["hours"])))),
+               f["--prompts"]))),
     Figure("docs/paper-run.md", "At Qwen2.5-7B ({:g}B parameters) the model is {:.0f} GB in fp32 "
            "and the optimizer state {:.0f} GB, so the latest checkpoint is {:.0f} GB and each kept "
            "one adds {:.0f} GB. Every saved step is kept, and a step is saved every `--save-every` "
@@ -999,17 +988,7 @@ FIGURES = [
     Figure("docs/why-focal.md", "gamma = 1 is not better ({:.3f} vs {:.3f})", CAT_LR2,
            lambda d: (m_ret("adamw", 64, 1.0)(d)[0], m_ret("adamw", 64, 0.0)(d)[0])),
 
-    # ------------------------------------------------ See it happen: the confirmation, seeds 0-9
-    *(Figure("README.md", f"| {k} | {{:.3f}} | " + " | ".join([CI3] * 3) + " |", (SEEN, SHAPED),
-             seen_row(k)) for k in (2, 8, 32, 64, 256)),
-    Figure("README.md", "| 16 (headline) | {:.3f} | " + " | ".join([CI3] * 3) + " |",
-           (SEEN, SHAPED), seen_row(16)),
-    Figure("README.md", "the rare strategy holds {:.0%} of the correct mass, pass@1 {:.2f}", SEEN,
-           lambda d: (seen("base", "rare share", 0)(d), seen("base", "pass@1", 0)(d))),
-    Figure("README.md", "lost it on {:.0%} of the held-out prompts under DAPO and {:.0%} under F",
-           SEEN, lambda d: tuple(seen("frontier", "1/8", "rare lost", "medians_by_level", -1)(d))),
-    Figure("README.md", "pass@1 {:.3f} against DAPO's {:.3f}", SEEN,
-           lambda d: tuple(reversed(seen("frontier", "1/8", "pass@1", "ceilings")(d)))),
+    # ------------------------------------------------ why-focal.md section 6: the confirmation
     Figure("docs/why-focal.md", "it is lost (share under {:.0%}) on {:.0%} of the prompts", SEEN,
            lambda d: (seen("constants", "lost")(d),
                       seen("arms", "dapo_g0_lr3e-05_n8", "rare lost")(d))),
