@@ -157,7 +157,9 @@ def main():
             results.append(r)
             print(f"{r['status']:8} {r['seconds']:6.1f} s {r['name']:32} {r['detail']}", flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"baseline": baseline, "mutants": results}, indent=1))
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    record = {"commit": commit.stdout.strip(), "baseline": baseline, "mutants": results}
+    Path(args.out).write_text(json.dumps(record, indent=1))
     print(f"the table: {args.out}")
     bad = [r["name"] for r in results if r["status"] != "caught"]
     print(f"{len(results) - len(bad)} of {len(results)} caught" +
