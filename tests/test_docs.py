@@ -273,6 +273,7 @@ VERIFY = "bench/verify_results.json"
 CALIBRATION = "checks/compare_calibration.json"
 PARITY = "checks/parity_results.json"
 MUTATION = "checks/mutation_results.json"
+PEERS = "experiments/results/peers.json"
 TWO = "experiments/results/two_strategy.json"
 TINY = "experiments/results/table1_tiny.json"
 CAT_LR3 = "experiments/results/categorical_adamw_lr0.001.json"
@@ -696,6 +697,10 @@ FIGURES = [
            lambda d: (d["machine"]["commit"].split("+")[0], d["rows"][0]["ratio"])),
     Figure("docs/verification.md", "(`timeout`, {:g} s by default", "fgrpo.py",
            lambda m: inspect.signature(m.verify).parameters["timeout"].default),
+    # ------------------------------------------------ README.md: the peers' verdicts
+    Figure("README.md", "at pass@{} at matched pass@1, Holm-adjusted over the peers: {}.", PEERS,
+           lambda d: (d["summary"]["headline_k"], "; ".join(
+               f"{peer}: {r['verdict']}" for peer, r in d["summary"]["primary"].items()))),
     # ------------------------------------------------ docs/verified-where.md
     Figure("docs/verified-where.md", "| pytest {:.0f} s (the unchanged copy", MUTATION,
            lambda d: float(re.search(r" in ([\d.]+)s ", d["baseline"]["detail"]).group(1))),
