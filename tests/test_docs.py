@@ -274,6 +274,12 @@ CALIBRATION = "checks/compare_calibration.json"
 PARITY = "checks/parity_results.json"
 MUTATION = "checks/mutation_results.json"
 PEERS = "experiments/results/peers.json"
+
+
+def peer_gap(gap):  # a peer's gap to F-DAPO as the README's table prints it
+    if gap is None:
+        return "no seed matched"
+    return f"{gap['mean']:+.3f} [{gap['lo']:+.3f}, {gap['hi']:+.3f}]"
 TWO = "experiments/results/two_strategy.json"
 TINY = "experiments/results/table1_tiny.json"
 CAT_LR3 = "experiments/results/categorical_adamw_lr0.001.json"
@@ -701,6 +707,12 @@ FIGURES = [
     Figure("README.md", "at pass@{} at matched pass@1, Holm-adjusted over the peers: {}.", PEERS,
            lambda d: (d["summary"]["headline_k"], "; ".join(
                f"{peer}: {r['verdict']}" for peer, r in d["summary"]["primary"].items()))),
+    *(Figure("README.md", "| " + peer + " | {} | {:.3f} | {} |", PEERS, lambda d, peer=peer: (
+        peer_gap(d["summary"]["primary"][peer]["gap"]), d["summary"]["top_pass1"][peer]["mean"],
+        d["summary"]["primary"][peer]["verdict"]))
+      for peer in ("pkpo", "passk_training", "unlikeliness", "w_reinforce", "maxrl", "darling")),
+    Figure("README.md", "| f_dapo | (itself) | {:.3f} |", PEERS,
+           lambda d: d["summary"]["top_pass1"]["f_dapo"]["mean"]),
     # ------------------------------------------------ docs/verified-where.md
     Figure("docs/verified-where.md", "| pytest {:.0f} s (the unchanged copy", MUTATION,
            lambda d: float(re.search(r" in ([\d.]+)s ", d["baseline"]["detail"]).group(1))),
