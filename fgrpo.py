@@ -201,8 +201,8 @@ def policy_loss(logp, old_logp, advantages, mask, algo, eps_low, eps_high, num_t
                 the step's response tokens, and backward() loss * world size (DDP/FSDP average).
     dual_clip:  c > 1 or None (App. B): verl's clip_ratio_c (3 there), c * A bounds A < 0 below
     Returns (loss, stats); stats["clip_frac"]: the share of response tokens clipped (no grad)."""
-    if dual_clip is not None and (algo not in DUAL_CLIP_ALGOS or dual_clip <= 1):
-        raise ValueError(f"dual_clip needs algo in {DUAL_CLIP_ALGOS}, c > 1: {algo}, {dual_clip}")
+    if dual_clip is not None and (algo not in ("grpo", "dapo") or dual_clip <= 1):  # pastes alone
+        raise ValueError(f"dual_clip needs algo grpo or dapo, c > 1: {algo}, {dual_clip}")
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype)[:, None]
     # Sec. 2: r_t = pi_theta(o_t) / pi_old(o_t); the log-ratio clamped at +-20, as verl does

@@ -156,6 +156,12 @@ def test_dual_clip_by_hand():
     assert inert == _loss_and_grad(ratios, 1.0, "dapo")
     with pytest.raises(ValueError):
         _loss_and_grad(ratios, -1.0, "cispo", dual_clip=3.0)
+    for algo in fgrpo.ALGOS:  # the pasteable loss allows what --dual-clip allows
+        if algo in fgrpo.DUAL_CLIP_ALGOS:
+            _loss_and_grad(ratios, -1.0, algo, dual_clip=3.0)
+        else:
+            with pytest.raises(ValueError, match="needs algo grpo or dapo"):
+                _loss_and_grad(ratios, -1.0, algo, dual_clip=3.0)
 
 
 def test_mask_and_num_tokens():
