@@ -432,6 +432,9 @@ def init_distributed(timeout=None):
     return device
 
 def destroy_process_group():  # at exit; vLLM's own exit handler does it where it was imported
+    # the GIL let go a moment first: a gloo worker frees its last collective's tensors under it,
+    # and one that asks for it once Python is finalising aborts the process (std::terminate)
+    time.sleep(0.1)
     if dist.is_initialized() and not sys.modules.get("vllm"):
         dist.destroy_process_group()
 
