@@ -1,6 +1,6 @@
 """Tests of checks/: every planted bug of checks/mutants.py still finds its line, and
 checks/mutation.py leaves the committed record of the full run alone when asked for a few."""
-import importlib.util
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -8,18 +8,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 
 
-def _module(folder, name):  # FOLDER/NAME.py as a module
-    spec = importlib.util.spec_from_file_location(name, ROOT / folder / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # ---------------------------------------------------------------- checks/mutants.py
-def test_every_planted_bug_finds_its_text_once_and_its_file_still_parses(tmp_path):
+def test_every_planted_bug_finds_its_text_once_and_its_file_still_parses(tmp_path, monkeypatch):
     # the full make mutation (45 minutes) shows each bug caught; this shows, in a second, that
     # each can still be planted: a change to a line a bug names fails here, not an hour later
-    mutation = _module("checks", "mutation")
+    monkeypatch.syspath_prepend(str(ROOT / "checks"))  # as `python checks/mutation.py` runs
+    mutation = importlib.import_module("mutation")
     bugs = mutation.load_mutants()
     stale = [f"{m['name']}: {mutation.planted(ROOT, m)[1]}" for m in bugs
              if mutation.planted(ROOT, m)[1]]
@@ -42,7 +36,8 @@ def test_every_planted_bug_finds_its_text_once_and_its_file_still_parses(tmp_pat
 # ---------------------------------------------------------------- checks/mutation.py
 def test_mutation_only_writes_its_table_beside_not_over_the_committed_record(tmp_path, monkeypatch,
                                                                              capsys):
-    mutation = _module("checks", "mutation")
+    monkeypatch.syspath_prepend(str(ROOT / "checks"))  # as `python checks/mutation.py` runs
+    mutation = importlib.import_module("mutation")
     monkeypatch.setattr(mutation, "ROOT", tmp_path)  # the repository's files stay as they are
     bugs = [{"name": name, "file": "fgrpo.py", "why": ""} for name in ("gamma_a", "other_b")]
     monkeypatch.setattr(mutation, "load_mutants", lambda: bugs)

@@ -7,20 +7,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 
 
-def _module(folder, name):  # FOLDER/NAME.py as a module
-    spec = importlib.util.spec_from_file_location(name, ROOT / folder / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # ---------------------------------------------------------------- experiments/plots.py
 def test_curves_are_titled_with_the_runs_algorithm_and_gamma(tmp_path, monkeypatch):
     drawn = importlib.util.find_spec("matplotlib") is not None  # else the title alone
     if not drawn:
         monkeypatch.setitem(sys.modules, "matplotlib", type(sys)("matplotlib"))
         monkeypatch.setitem(sys.modules, "matplotlib.pyplot", type(sys)("matplotlib.pyplot"))
-    plots = _module("experiments", "plots")
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    plots = importlib.import_module("plots")
     run = tmp_path / "f-dapo"
     run.mkdir()
     rows = [{"step": s, "reward": 0.1 * s, "active_frac": 0.5, "focal_mean": 0.9,
