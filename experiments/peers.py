@@ -134,7 +134,9 @@ def darling_advantages(rewards, samples, args):
     same = torch.tensor([[[a == b for b in group] for a in group] for group in groups])  # (P,N,N)
     # Div(y_i): the fraction of the other N-1 responses in another class than y_i's
     diversity = (n - same.sum(-1)) / (n - 1)
-    # r_darling = r * Norm(Div): Div already lies in [0, 1], taken as it is
+    # r_darling = r * Norm(Div): the authors' code (facebookresearch/darling, reward_score/
+    # partition_reward_vllm_serve.py) takes Div as it is, floored at 0.1; below N 12 the floor
+    # lifts only a group of one class, whose samples tie, so it is left out (test_peers.py)
     shaped = r * diversity
     # GRPO's group-relative advantage without the std normalisation, as DARLING's objective
     return shaped - shaped.mean(-1, keepdim=True)

@@ -95,6 +95,19 @@ def test_darling_by_hand_rewards_the_correct_answer_its_group_rarely_gives(peers
     assert got.tolist()[0] == pytest.approx([1 / 3 - 1 / 4] * 3 + [-1 / 4])
 
 
+def test_darling_is_its_authors_norm_in_every_group_of_8(peers):
+    # their code floors Div at 0.1, which at N 8 lifts only a Div of 0: a group of one class,
+    # whose samples tie. Every group of 8 over answers 0-2, answer 0 correct, against r *
+    # max(Div, 0.1) minus its mean, written out with the floor
+    for answers in itertools.product("012", repeat=8):
+        rewards = torch.tensor([[float(a == "0") for a in answers]])
+        div = [max(sum(b != a for b in answers) / 7, 0.1) for a in answers]
+        shaped = [float(r) * d for r, d in zip(rewards[0], div)]
+        want = [x - statistics.fmean(shaped) for x in shaped]
+        got = peers.darling_advantages(rewards, [sample(a) for a in answers], OPTIONS)
+        assert got.tolist()[0] == pytest.approx(want, abs=1e-6), answers
+
+
 def test_unlikeliness_reward_lowers_the_likelier_correct_samples(peers):
     # mean log-probs -0.1, -2.0, -0.5, -0.3: ranks from the least likely 3, 0, 1, 2; the correct
     # ones' rewards 1 - 0.25 * rank / 4 = 0.8125, 1, 0.9375; the wrong one 0; then GRPO's
