@@ -94,7 +94,7 @@ NO_MATH_VERIFY = error: math-verify does not import and cannot be installed from
 # in a plan of 6 minutes (10 with vLLM) counted from the process's start (checks/gpu_check.py's
 # PLAN_S); on one H200 2-4 minutes expected without vLLM, its start on a GPU unmeasured
 gpu-check:  ## does fgrpo.py work on a GPU (checks/gpu_check.py): checks/gpu_results.json, minutes
-	@# math-verify (the loop's reward), where this Python lacks it, from checks/wheels into
+	@# math-verify (the loop's and command's reward) where this Python lacks it: checks/wheels into
 	@# checks/wheels/site: beside the machine's packages (its sympy), not into them; else stop here
 	@PYTHONPATH=$(SITE) $(PYTHON) -c "import math_verify" 2>/dev/null || \
 		$(PYTHON) -m pip install -q --no-index --find-links $(WHEELS) --no-deps --target $(SITE) \

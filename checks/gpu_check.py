@@ -1123,7 +1123,7 @@ def command_hooks():
     seen = {}  # the run's args and tokenizer, its problems (once), this step's row
 
     def sample_timed(model, tok, engine, prompts, n, args, seed):
-        row = {"pid": os.getpid(), "t_sample": time.time()}
+        row = {"t_sample": time.time()}
         if not seen:  # this process's first step
             row["start"] = start_digests(model, prompts, seed)
             row["digest_s"] = time.time() - row["t_sample"]
@@ -1355,9 +1355,9 @@ def step_figures(run, facts):
 
 def save_seconds(run):
     """Each save's seconds, as rank 0 saw them: from the end of a step (every step saves) to the
-    next one's start in the same process."""
+    next one's start in the same process (a row without "start", a process's first step's key)."""
     rows = loop_rows(run, "command").get(0, [])
-    return [b["t_sample"] - a["t_end"] for a, b in zip(rows, rows[1:]) if a["pid"] == b["pid"]]
+    return [b["t_sample"] - a["t_end"] for a, b in zip(rows, rows[1:]) if "start" not in b]
 
 
 def command_report(run, facts, gpus):

@@ -29,7 +29,6 @@ import itertools
 import json
 import math
 import os
-import random
 import statistics
 import sys
 import time
@@ -245,9 +244,7 @@ def seed_sets(quick):
 def toy_args(args):
     """see_it_happen's arguments of this run: [design] (--quick: see_it_happen's miniature of it,
     its lrs, steps, batches and warm start), the seeds of [seeds], --work and --workers."""
-    toy = see.parse_args(["--quick"] * args.quick)
-    if not args.quick:
-        vars(toy).update({k: v for k, v in DESIGN.items() if hasattr(toy, k)})
+    toy = see.parse_args(["--quick"] * args.quick)  # its defaults: its [design], as this one's
     sets = seed_sets(args.quick)
     vars(toy).update(starts=[DESIGN["start"]], mixes=[DESIGN["mix"]], first_seed=sets["all"][0],
                      seeds=len(sets["all"]), seed_sets=sets, work=args.work, workers=args.workers)
@@ -584,7 +581,7 @@ def main(argv=None):
         return None
     t0 = time.time()
     cpu = os.times()
-    heldout = see.make_digits(toy.heldout, random.Random(10_000))  # see_it_happen's held-out set
+    heldout = see.heldout_set(toy.heldout)
     toy.work.mkdir(parents=True, exist_ok=True)
     seeds = see.run_jobs(toy, heldout, job=run_seed)
     summary = summarise(seeds, toy)

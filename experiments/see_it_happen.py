@@ -205,6 +205,10 @@ def make_digits(count, rng, exclude=()):
     return out
 
 
+def heldout_set(count):  # the held-out prompts every arm is measured on, in every experiment
+    return make_digits(count, random.Random(10_000))
+
+
 def make_problems(digit_lists, mix, rng, exact_shares=False):
     """[{problem, answer, kind}]; kinds drawn with the mix's shares, or (exact_shares, the held-out
     file) in proportion, rounded. The answer is the accepted set, written "3, 7"."""
@@ -801,7 +805,7 @@ def main(argv=None):
     t0 = time.time()
     cpu = os.times()
     load = os.getloadavg()[0]
-    heldout = make_digits(args.heldout, random.Random(10_000))
+    heldout = heldout_set(args.heldout)
     args.work.mkdir(parents=True, exist_ok=True)
     for mix in args.mixes:  # eval.py's file: the held-out prompts with kinds in the mix's shares
         problems = make_problems(heldout, mix, None, exact_shares=True)

@@ -951,10 +951,10 @@ def _command_run(folder, start=None):
                 "t_train": 2.0} for s in (1, 2, 3)]
     (out / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
     starts = [{"seed": s, "weights": f"w{s}", "prompts": f"p{s}"} for s in (1, 2, 3, 4)]
-    rows = [{"pid": 1, "step": 1, "start": starts[0], "digest_s": 1.0, "next": starts[1],
+    rows = [{"step": 1, "start": starts[0], "digest_s": 1.0, "next": starts[1],
              "t_sample": 90.0, "t_end": 100.0},
-            {"pid": 1, "step": 2, "next": starts[2], "t_sample": 103.0, "t_end": 110.0},
-            {"pid": 2, "step": 3, "start": start or starts[2], "digest_s": 1.0,
+            {"step": 2, "next": starts[2], "t_sample": 103.0, "t_end": 110.0},
+            {"step": 3, "start": start or starts[2], "digest_s": 1.0,
              "next": starts[3], "t_sample": 200.0, "t_end": 210.0}]
     for row in rows:
         row["lengths"] = [[10, 6], [10, 2]]

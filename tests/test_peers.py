@@ -352,7 +352,8 @@ def _peers_reading(peers, summary, page):
     peers.holm: reject in order of p while p_(j) <= alpha / (m - j + 1); and every table."""
     primary, alpha = summary["primary"], peers.PROTOCOL["primary"]["alpha"]
     assert list(primary) == peers.PROTOCOL["primary"]["peers"]
-    ps = {p: (r["gap"] or {}).get("p_t") or 1.0 for p, r in primary.items()}
+    ps = {p: 1.0 if (r["gap"] or {}).get("p_t") is None else r["gap"]["p_t"]
+          for p, r in primary.items()}
     rejected = set()
     for j, p in enumerate(sorted(ps, key=ps.get)):
         if ps[p] > alpha / (len(ps) - j):
