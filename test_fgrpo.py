@@ -844,6 +844,7 @@ def test_deepscaler_from_the_hub_is_filtered_as_in_the_paper(tmp_path, monkeypat
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     args = fgrpo.parse_args(["--max-prompt-len", "10"])
     assert args.data == "agentica-org/DeepScaleR-Preview-Dataset"  # the paper's data by default
+    capsys.readouterr()  # parse_args' own line (where vLLM is missing) is not the filter's
     path = fgrpo.hub_or_local(args.data)
     hub = ("agentica-org/DeepScaleR-Preview-Dataset", "deepscaler.json")
     assert asked == [(hub, {"repo_type": "dataset"})]

@@ -24,8 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent  # the repository
 # (FGRPO_PARITY_DEPS); where it is missing these tests are skipped, saying how to add it.
 PARITY_DEPS = os.environ.get("FGRPO_PARITY_DEPS", "/tmp/fgrpo-parity-deps")
 # packages verl's trainer module imports that this environment lacks: only names there (Ray's
-# decorators, a data loader's class), never run by the code tested, so a stand-in does
-VERL_STAND_INS = ("ray", "torchdata", "peft", "transfer_queue", "hydra")
+# decorators, a data loader's class, the last five's, which vLLM brings and requirements.txt
+# does not), never run by the code tested, so a stand-in does
+VERL_STAND_INS = ("ray", "torchdata", "peft", "transfer_queue", "hydra", "PIL", "cachetools",
+                  "uvicorn", "fastapi", "aiohttp")
 SIZES = (5, 5, 5, 3, 5, 4)  # six groups of uneven sizes, one all right and one all wrong
 MAX_LEN, BUFFER, FACTOR = 6, 3, 1.0  # DAPO's response limit, overlong buffer and penalty factor
 # where a completion counts as correct (+algorithm.focal_correct_above; None: verl's default, 0)
