@@ -23,6 +23,13 @@ settings, so a run that stops resumes where it stopped, and a rerun reads the ar
     python experiments/peers.py           # the protocol's grid (hours): experiments/results/peers.*
     python experiments/peers.py --quick   # every arm and the reading in miniature (minutes)
     python experiments/peers.py --weights-figure experiments/results/prompt_weights.png  # w(mu)
+    python experiments/peers.py --amendment  # experiments/peers_amendment.toml's arms (an hour)
+    python experiments/peers.py --report  # peers.md and the trade-off figure again, from the JSON
+
+The amendment (experiments/peers_amendment.toml, written after the grid's results were seen and
+committed before its runs) runs PKPO and Pass@k Training at k 2, with F-DAPO and DAPO again beside
+them, into peers_amendment.json. The page reads both results, and adds what the matched-pass@1
+design cannot show: each arm's pass@1 against its pass@k (tradeoff.py).
 """
 import argparse
 import itertools
@@ -46,6 +53,7 @@ import see_it_happen as see  # noqa: E402
 import see_it_happen_report as report  # noqa: E402
 from frontiers import broke_down, ceiling, compare  # noqa: E402
 from see_it_happen_figures import pyplot  # noqa: E402
+import tradeoff  # noqa: E402
 
 EPS = 1e-6  # the authors' codes' epsilon (verl's), where a std or a mean divides
 
@@ -199,7 +207,11 @@ PROTOCOL = tomllib.loads(PROTOCOL_PATH.read_text())
 DESIGN = PROTOCOL["design"]
 ARMS = PROTOCOL["arms"]
 PRIMARY = PROTOCOL["primary"]
-F_ABOVE, P_ABOVE, NONE_SHOWN = PRIMARY["verdicts"]
+AMENDMENT_PATH = ROOT / "experiments" / "peers_amendment.toml"
+AMENDMENT = tomllib.loads(AMENDMENT_PATH.read_text())
+# the amendment's rule adds a fourth verdict, where no seed matched and no test could be made
+F_ABOVE, P_ABOVE, NONE_SHOWN, NOT_COMPARABLE = AMENDMENT["primary"]["verdicts"]
+TRADEOFF_KS = (16, 256)  # pass@1 against pass@k at the headline k and at the largest k
 KEY = f"{DESIGN['start']}/{DESIGN['mix']}"  # see_it_happen's condition, START/MIX
 QUICK_SEEDS = {"all": 3, "base": 2}  # --quick: the first seeds of each set
 OPTIONS = ("peer", "k", "beta", "lam")  # an arm's options of [arms], set on fgrpo's args
@@ -226,11 +238,17 @@ def check_protocol():
     if differ:
         sys.exit(f"{PROTOCOL_PATH.name}: [design] {', '.join(differ)} differ from "
                  f"{DESIGN['protocol']}'s [design], which the protocol says it keeps unchanged")
-    unknown = [a["peer"] for a in ARMS.values() if "peer" in a and a["peer"] not in PEER_HOOKS]
-    if unknown or not set(PRIMARY["peers"]) <= set(ARMS) or PRIMARY["adjust"] != "holm":
-        sys.exit(f"{PROTOCOL_PATH.name}: a peer of [arms] without an advantages function here "
-                 f"({', '.join(unknown) or 'none'}), a [primary] peer not in [arms], or an "
-                 "adjustment other than holm")
+    for path, protocol in ((PROTOCOL_PATH, PROTOCOL), (AMENDMENT_PATH, AMENDMENT)):
+        arms, rule = protocol["arms"], protocol["primary"]
+        unknown = [a["peer"] for a in arms.values() if a.get("peer") not in (None, *PEER_HOOKS)]
+        if unknown or not set(rule["peers"]) <= set(arms) or rule["adjust"] != "holm":
+            sys.exit(f"{path.name}: a peer of [arms] without an advantages function here "
+                     f"({', '.join(unknown) or 'none'}), a [primary] peer not in [arms], or an "
+                     "adjustment other than holm")
+    changed = [a for a, spec in AMENDMENT["arms"].items() if ARMS.get(a, spec) != spec]
+    if changed or AMENDMENT["design"]["same_as"] != str(PROTOCOL_PATH.relative_to(ROOT)):
+        sys.exit(f"{AMENDMENT_PATH.name}: [design] same_as must name {PROTOCOL_PATH.name}, and an "
+                 f"arm of both files must be the same arm ({', '.join(changed) or 'none'} differ)")
 
 
 def seed_sets(quick):
@@ -246,8 +264,10 @@ def toy_args(args):
     its lrs, steps, batches and warm start), the seeds of [seeds], --work and --workers."""
     toy = see.parse_args(["--quick"] * args.quick)  # its defaults: its [design], as this one's
     sets = seed_sets(args.quick)
+    protocol = AMENDMENT if args.amendment else PROTOCOL
     vars(toy).update(starts=[DESIGN["start"]], mixes=[DESIGN["mix"]], first_seed=sets["all"][0],
-                     seeds=len(sets["all"]), seed_sets=sets, work=args.work, workers=args.workers)
+                     seeds=len(sets["all"]), seed_sets=sets, work=args.work, workers=args.workers,
+                     arms=protocol["arms"], budget=protocol["budget"])
     return toy
 
 
@@ -271,8 +291,8 @@ def sweep(arm, toy):
 
 
 def seed_arms(seed, toy):
-    """The arms of [arms] that run on `seed` (seeds = "all" or "base")."""
-    return [name for name, spec in ARMS.items() if seed in toy.seed_sets[spec["seeds"]]]
+    """The arms of this run's [arms] that run on `seed` (seeds = "all" or "base")."""
+    return [name for name, spec in toy.arms.items() if seed in toy.seed_sets[spec["seeds"]]]
 
 
 def run_seed(seed, start, toy, heldout):
@@ -285,7 +305,7 @@ def run_seed(seed, start, toy, heldout):
         ctx = see.prepare_seed(seed, start, toy, heldout)
         arms = {}
         for name in seed_arms(seed, toy):
-            for arm in arm_runs(name, ARMS[name], toy):
+            for arm in arm_runs(name, toy.arms[name], toy):
                 arms[arm["name"]] = record = see.train_arm(arm, ctx)
                 see.report_arm(ctx, arm, record)
     finally:
@@ -296,21 +316,21 @@ def run_seed(seed, start, toy, heldout):
 
 def plan(toy):
     """The grid, one line an arm, its runs and the [budget]'s CPU-minutes and wall time."""
-    budget = PROTOCOL["budget"]
+    budget = toy.budget
     lines = []
     runs = 0
-    for name, spec in ARMS.items():
+    for name, spec in toy.arms.items():
         seeds = toy.seed_sets[spec["seeds"]]
         count = len(seeds) * len(toy.lrs)
         runs += count
         said = ", ".join(f"{k} {spec[k]}" for k in OPTIONS if k in spec)
-        lines.append(f"{name:15s} {spec['algo']:5s} gamma {spec['gamma']:<4g} {said:28s} seeds "
+        lines.append(f"{name:17s} {spec['algo']:5s} gamma {spec['gamma']:<4g} {said:28s} seeds "
                      f"{seeds[0]}-{seeds[-1]} x {len(toy.lrs)} lrs = {count} runs")
     lines.append(f"{runs} runs of {toy.steps} steps and {toy.seeds} warm starts")
     if not toy.quick:
         cpu_min = runs * budget["cpu_s_per_run"] / 60
         hours = runs * budget["wall_s_per_run_in_pool"] / budget["workers"] / 3600
-        lines.append(f"budget ([budget], the confirmation's {budget['cpu_s_per_run']} CPU-s a "
+        lines.append(f"budget ([budget], {budget['cpu_s_per_run']} CPU-s a "
                      f"run): {cpu_min:.0f} CPU-min for the runs, plus the warm starts; about "
                      f"{hours:.1f} h of wall time with {budget['workers']} workers on 2 cores")
     return lines, runs
@@ -331,8 +351,11 @@ def holm(pvalues):
 
 def verdict(gap, p_adjusted, alpha):
     """[primary]'s verdict on P minus F: where the adjusted test rejects, the mean's sign says
-    which is above."""
-    if gap is None or p_adjusted > alpha:
+    which is above; where under two seeds matched, no comparison happened (the amendment's rule:
+    the frozen one said "no difference shown" there too)."""
+    if gap is None or gap["n"] < 2:
+        return NOT_COMPARABLE
+    if p_adjusted > alpha:
         return NONE_SHOWN
     return P_ABOVE if gap["mean"] > 0 else F_ABOVE
 
@@ -356,15 +379,14 @@ def headline_k(traj, toy):
     return see.headline_k(base)
 
 
-def primary(traj, toy, k):
-    """[primary]: per peer, P minus F-DAPO at pass@k, mean over levels and seeds with its 95% t
-    interval and paired t test, Holm-adjusted over the peers, and the verdict."""
-    by_peer = {p: versus(traj, toy, PRIMARY["comparator"], p, f"pass@{k}")
-               for p in PRIMARY["peers"]}
+def primary(traj, toy, k, rule):
+    """[primary] of a protocol (`rule`): per peer, P minus F-DAPO at pass@k, mean over levels and
+    seeds with its 95% t interval and paired t test, Holm-adjusted over the peers, the verdict."""
+    by_peer = {p: versus(traj, toy, rule["comparator"], p, f"pass@{k}") for p in rule["peers"]}
     p_values = [(c["gap"] or {}).get("p_t") for c in by_peer.values()]  # None: no test made
     adjusted = holm(p_values)
     return {p: {"gap": c["gap"], "unmatched": c["unmatched"], "p_holm": a,
-                "verdict": verdict(c["gap"], a, PRIMARY["alpha"])}
+                "verdict": verdict(c["gap"], a, rule["alpha"])}
             for (p, c), a in zip(by_peer.items(), adjusted)}
 
 
@@ -456,34 +478,72 @@ def weights_figure(path, marks):
     return fig
 
 
+def readings(traj, toy, rule):
+    """A protocol's [primary] (`rule`) and the [secondary] analyses it shares with the other, over
+    this run's arms: every arm minus DAPO, the top pass@1, the mechanism."""
+    k = headline_k(traj, toy) if rule["metric"] == "headline" else int(rule["metric"][5:])
+    others = [a for a in toy.arms if a != "dapo"]
+    return {"headline_k": k, "primary": primary(traj, toy, k, rule),
+            "minus_dapo": {a: gaps(traj, toy, "dapo", a, see.KS_METRICS) for a in others},
+            "top_pass1": {a: top_pass1(traj, toy, a) for a in toy.arms},
+            "mechanism": {base: {a: gaps(traj, toy, base, a, see.MECHANISM)
+                                 for a in toy.arms if a != base}
+                          for base in ("dapo", rule["comparator"])}}
+
+
 def summarise(seeds, toy):
     """The protocol's reading of the runs: [primary], then every analysis of [secondary]."""
     traj = see.trajectories(seeds)
-    k = headline_k(traj, toy)
-    others = [a for a in ARMS if a != "dapo"]
-    return {"headline_k": k, "primary": primary(traj, toy, k),
-            "minus_dapo": {a: gaps(traj, toy, "dapo", a, see.KS_METRICS) for a in others},
-            "top_pass1": {a: top_pass1(traj, toy, a) for a in ARMS},
-            "mechanism": {base: {a: gaps(traj, toy, base, a, see.MECHANISM)
-                                 for a in ARMS if a != base}
-                          for base in ("dapo", PRIMARY["comparator"])},
+    return {**readings(traj, toy, PRIMARY),
             "f_minus_base": {f"{b} - {a}": gaps(traj, toy, a, b, see.KS_METRICS)
                              for a, b in f_pairs()},
             "prompt_weight": {"mu": list(MUS), "n": DESIGN["n"], "w": prompt_weights()}}
 
+
+def base_differences(seeds, grid):
+    """Per seed, the largest difference of any held-out mass between this run's base model and
+    the grid's (`grid`: its results), rebuilt from the same seed."""
+    masses = ("first", "last", "wrong")
+    grid_bases = {s["seed"]: s["base"][KEY] for s in grid["seeds"]}
+    return {s["seed"]: max(abs(a - b) for m in masses
+                           for a, b in zip(s["base"][KEY][m], grid_bases[s["seed"]][m]))
+            for s in seeds}
+
+
+def summarise_amendment(seeds, toy, grid):
+    """The amendment's reading: its [primary] and [secondary], and its base models against the
+    grid's."""
+    traj = see.trajectories(seeds)
+    return {**readings(traj, toy, AMENDMENT["primary"]),
+            "base_vs_grid": base_differences(seeds, grid)}
+
 # ---------------------------------------------------------------- the page
-def primary_markdown(summary):
+def primary_markdown(summary, rule, title, about):
+    """A protocol's [primary] as a table; the verdict by verdict(), the rule as amended."""
     k = summary["headline_k"]
-    comparator = PRIMARY["comparator"]
+    comparator = rule["comparator"]
     rows = [[peer, report.ci(r["gap"], 4), report.tests(r["gap"]), f"{r['p_holm']:.2g}",
-             r["unmatched"], f"**{r['verdict']}**"] for peer, r in summary["primary"].items()]
-    return ["## The primary endpoint", "",
-            f"Each peer P minus {comparator} at pass@{k} (the headline k by the rule), each "
-            "seed's gap at matched pass@1 averaged over its levels; mean [95% t interval] over "
-            f"seeds; the paired t test's p, Holm-adjusted over the {len(rows)} peers at alpha "
-            f"{PRIMARY['alpha']:g}. The verdict is the protocol's rule.", "",
+             r["unmatched"], f"**{verdict(r['gap'], r['p_holm'], rule['alpha'])}**"]
+            for peer, r in summary["primary"].items()]
+    return [f"## {title}", "",
+            f"Each peer P minus {comparator} at pass@{k}{about}, each seed's gap at matched "
+            "pass@1 averaged over its levels; mean [95% t interval] over seeds; the paired t "
+            f"test's p, Holm-adjusted over the {len(rows)} peers at alpha {rule['alpha']:g}.", "",
             *report.table(["P", f"P minus {comparator}", "p_t / p_Wilcoxon, seeds above 0",
                            "p_t, Holm", "seeds unmatched", "verdict"], rows), ""]
+
+
+def grid_primary_markdown(summary):
+    """The frozen [primary], and where its rule's text gave a verdict to no comparison."""
+    lines = primary_markdown(summary, PRIMARY, "The primary endpoint",
+                             " (the headline k by the rule)")
+    renamed = [p for p, r in summary["primary"].items()
+               if verdict(r["gap"], r["p_holm"], PRIMARY["alpha"]) != r["verdict"]]
+    if renamed:
+        lines += [f"Read after the results were seen: no seed of {', '.join(renamed)} matched, so "
+                  f"no comparison happened; the frozen rule's text gave \"{NONE_SHOWN}\" there, "
+                  f"and this page says \"{NOT_COMPARABLE}\" ({AMENDMENT_PATH.name}'s rule).", ""]
+    return lines
 
 
 def every_k_markdown(title, about, by_arm):
@@ -493,10 +553,10 @@ def every_k_markdown(title, about, by_arm):
     return [f"## {title}", "", about, "", *report.table(["k", *names], rows), ""]
 
 
-def top_markdown(summary):
+def top_markdown(summary, title="## Top pass@1: what each arm costs pass@1"):
     rows = [[arm, "-" if r["mean"] is None else f"{r['mean']:.3f}", r["seeds"],
              report.ci(r["minus dapo"], 4)] for arm, r in summary["top_pass1"].items()]
-    return ["## Top pass@1: what each arm costs pass@1", "",
+    return [title, "",
             "The highest pass@1 of any stable run in its steps, mean over seeds; minus DAPO's, "
             "paired over the seeds both have one.", "",
             *report.table(["arm", "top pass@1", "seeds", "minus DAPO"], rows), ""]
@@ -504,7 +564,8 @@ def top_markdown(summary):
 
 def mechanism_markdown(summary):
     head = ["arm"] + [f"{m} minus {base}" for base in summary["mechanism"] for m in see.MECHANISM]
-    arms = [a for a in ARMS if all(a in by for by in summary["mechanism"].values())]
+    arms = [a for a in summary["top_pass1"]
+            if all(a in by for by in summary["mechanism"].values())]
     rows = [[a] + [report.ci(by[a][m]["gap"]) for by in summary["mechanism"].values()
                    for m in see.MECHANISM] for a in arms]
     return ["## The mechanism at matched pass@1", "",
@@ -523,17 +584,158 @@ def weight_markdown(summary):
             "", *report.table(["mu", *w["w"]], rows), ""]
 
 
-def markdown(result):
-    summary, t = result["summary"], result["times"]
-    flag = " --quick" * result["config"]["quick"]
+def times_line(result, flag):
+    t = result["times"]
+    return (f"`python experiments/peers.py{flag}`: {t['wall_s'] / 60:.1f} min wall, "
+            f"{t['cpu_s'] / 60:.1f} CPU-min this invocation; the warm starts and runs took "
+            f"{t['runs_cpu_s'] / 60:.1f} CPU-min when they ran.")
+
+
+def amendment_markdown(amendment, quick):
+    """The amendment's [primary] and its arms' top pass@1 and gaps to DAPO."""
+    summary = amendment["summary"]
+    rule = AMENDMENT["primary"]
+    worst = max(summary["base_vs_grid"].values())
+    new = [a for a in AMENDMENT["arms"] if a not in ARMS]
+    lines = [f"## The amendment: {' and '.join(new)} (added after the results were seen)", "",
+             f"experiments/{AMENDMENT_PATH.name}, committed at "
+             f"{report.committed(AMENDMENT_PATH)}, before its runs; its [why] says why. "
+             + times_line(amendment, " --amendment" + " --quick" * quick) + " F-DAPO and DAPO "
+             "ran again beside the new arms, from base models rebuilt on the same seeds: these "
+             f"differ from the grid's by at most {worst:.3f} in any held-out mass.", ""]
+    lines += primary_markdown(summary, rule, "The amendment's primary endpoint", "")
+    lines += top_markdown(summary, "### The amendment's top pass@1")
+    lines += every_k_markdown("The amendment's arms minus DAPO, every k", "As the grid's, "
+                              "against the DAPO run beside them.",
+                              {a: summary["minus_dapo"][a] for a in new})
+    return lines
+
+
+def arm_paths(result):
+    """{arm: per seed of `result`, the arm's runs at every lr ([] on a seed it did not run)}."""
+    traj = see.trajectories(result["seeds"])
+    out = {}
+    for arm in result["config"]["arms"]:
+        names = [run_name(arm, lr) for lr in result["config"]["lrs"]]
+        out[arm] = [[t[KEY][n] for n in names] if names[0] in t[KEY] else [] for t in traj]
+    return out
+
+
+def tradeoff_arms(grid, amendment):
+    """{label: per seed, the arm's runs} of every arm of the grid, then the amendment's."""
+    arms = arm_paths(grid)
+    if amendment:
+        arms.update({f"{a} (amendment)" if a in arms else a: paths
+                     for a, paths in arm_paths(amendment).items()})
+    return arms
+
+
+def points(paths, k):
+    return [tradeoff.arm_points(p, f"pass@{k}") for p in paths]
+
+
+def fmt(x):
+    return "-" if x is None else f"{x:.3f}"
+
+
+def tradeoff_rows(arms, base):
+    """A row an arm: where its runs ended, its pass@1 range, its best pass@k at any pass@1."""
+    ks = TRADEOFF_KS
+    rows = [["base model", "-", fmt(base["pass@1"]), fmt(base[f"pass@{ks[0]}"]),
+             fmt(base["rare share"]), "-", "-", fmt(base[f"pass@{ks[0]}"]),
+             fmt(base[f"pass@{ks[1]}"])]]
+    for name, paths in arms.items():
+        reach = tradeoff.summary(points(paths, ks[0]))
+        rows.append([name, reach["seeds"], *(fmt(tradeoff.ended(paths, m)) for m in
+                                              ("pass@1", f"pass@{ks[0]}", "rare share")),
+                     fmt(reach["low"]), fmt(reach["top"]), fmt(reach["best"]),
+                     fmt(tradeoff.summary(points(paths, ks[1]))["best"])])
+    return rows
+
+
+def tradeoff_pairs(arms):
+    """The pairs the trade-off table compares: every arm against F-DAPO (the amendment's against
+    its own), and DARLING against the two pass@k methods."""
+    pairs = [("f_dapo", a) for a in arms if a != "f_dapo" and "amendment" not in a
+             and a in ARMS]
+    pairs += [("pkpo", "darling"), ("passk_training", "darling"), ("pkpo", "passk_training")]
+    new = [a for a in AMENDMENT["arms"] if a not in ARMS and a in arms]
+    return pairs + [(f"{base} (amendment)", a) for base in ("f_dapo", "dapo") for a in new]
+
+
+def pair_rows(arms):
+    rows = []
+    for k in TRADEOFF_KS:
+        for a, b in tradeoff_pairs(arms):
+            r = tradeoff.pair(points(arms[a], k), points(arms[b], k))
+            rows.append([f"{b} vs {a}", k, r["overlap"], report.ci(r["gap"]),
+                         f"{r['b_at_least_a']} / {r['a_at_least_b']}",
+                         f"{r['b_range_above']} / {r['a_range_above']}"])
+    return rows
+
+
+def base_point(arms):
+    """The base model's metrics, mean over the seeds (step 0 of DAPO's first run in `arms`, the
+    grid's)."""
+    starts = [paths[0][0] for paths in arms["dapo"]]
+    return {m: statistics.fmean(s[m] for s in starts) for m in starts[0] if m != "step"}
+
+
+def tradeoff_markdown(arms, base, figure):
+    head = ["arm", "seeds", "ended: pass@1", f"pass@{TRADEOFF_KS[0]}", "rare share",
+            "pass@1 from", "to", *(f"best pass@{k}" for k in TRADEOFF_KS)]
+    return ["## pass@1 against pass@k (added after the results were seen)", "",
+            "Each arm's runs where they ended (step 96, the mean over its stable runs, then over "
+            "seeds); the range of pass@1 its measurements visited (each seed's lowest and "
+            "highest, mean over seeds); its best pass@k at any pass@1 (mean over seeds). The "
+            "amendment's arms ran on rebuilt base models (above).", "",
+            *report.table(head, tradeoff_rows(arms, base)), "",
+            f"![each arm's frontier of pass@k against pass@1, mean over seeds]({figure})", "",
+            "Pairs, B vs A: on each seed, B's frontier (its best pass@k at pass@1 at least p) "
+            f"minus A's at {tradeoff.SHARED} points of the pass@1 range both visited, averaged; "
+            "mean [95% t interval] over the seeds where the ranges overlap; on how many of "
+            "those B's frontier is at least A's at every point, and A's at least B's; on the "
+            "seeds where they do not overlap, on how many B's range lies above A's, and A's "
+            "above B's.", "",
+            *report.table(["B vs A", "k", "seeds overlapping", "B minus A", "B >= A / A >= B",
+                           "apart: B above / A above"], pair_rows(arms)), ""]
+
+
+def tradeoff_figure(path, arms, base):
+    """Each arm's mean frontier of pass@k against pass@1, a panel per k of TRADEOFF_KS, the base
+    model marked; written to `path` and returned, or None without matplotlib."""
+    plt = pyplot()
+    if plt is None:
+        return None
+    fig, axes = plt.subplots(1, len(TRADEOFF_KS), figsize=(12, 5), layout="tight")
+    colors = plt.get_cmap("tab20").colors
+    for ax, k in zip(axes, TRADEOFF_KS):
+        for color, (name, paths) in zip(colors, arms.items()):
+            curve = tradeoff.mean_frontier(points(paths, k))
+            ax.plot(list(curve), list(curve.values()), color=color, label=name)
+        ax.plot(base["pass@1"], base[f"pass@{k}"], "k*", markersize=12, label="base model")
+        ax.set(xlabel="pass@1", ylabel=f"best pass@{k} at pass@1 at least x",
+               title=f"pass@{k} against pass@1, mean over seeds")
+    axes[0].legend(fontsize=7, ncol=2)
+    fig.savefig(path, dpi=110)
+    return fig
+
+
+def markdown(result, amendment=None, figure="peers_tradeoff.png"):
+    """The page: the grid's [primary], the amendment's, the trade-off, then the grid's
+    [secondary]."""
+    summary = result["summary"]
+    quick = result["config"]["quick"]
     sets = {name: f"{seeds[0]}-{seeds[-1]}" for name, seeds in result["seed_sets"].items()}
     lines = [f"# F-GRPO among its peers: {KEY}, seeds {sets['all']} (GRPO, CISPO: "
              f"{sets['base']})", "", f"The protocol, experiments/{PROTOCOL_PATH.name}, was "
              f"committed at {report.committed(PROTOCOL_PATH)}. "
-             f"`python experiments/peers.py{flag}`: "
-             f"{t['wall_s'] / 60:.1f} min wall, {t['cpu_s'] / 60:.1f} CPU-min this invocation; "
-             f"the warm starts and runs took {t['runs_cpu_s'] / 60:.1f} CPU-min when they ran.", ""]
-    lines += primary_markdown(summary)
+             + times_line(result, " --quick" * quick), ""]
+    lines += grid_primary_markdown(summary)
+    if amendment:
+        lines += amendment_markdown(amendment, quick)
+    arms = tradeoff_arms(result, amendment)
+    lines += tradeoff_markdown(arms, base_point(arms), figure)
     lines += every_k_markdown("Every arm minus DAPO, every k", "At matched pass@1 on the seeds "
                               "both ran, mean over levels [95% t interval] over seeds.",
                               summary["minus_dapo"])
@@ -556,6 +758,10 @@ def parse_args(argv=None):
     p.add_argument("--plan", action="store_true", help="print the grid and its budget, run nothing")
     p.add_argument("--weights-figure", type=Path, metavar="PATH", help="draw w(mu) of the arms "
                    "that read only rewards to PATH (a PNG), run nothing")
+    p.add_argument("--amendment", action="store_true", help="run the arms of "
+                   f"{AMENDMENT_PATH.name} (after the grid: OUT's peers.json must exist)")
+    p.add_argument("--report", action="store_true", help="write OUT's peers.md and the trade-off "
+                   "figure again from its JSON results, run nothing")
     args = p.parse_args(argv)
     if args.quick:
         args.work = args.work.with_name(args.work.name + "_quick")
@@ -579,26 +785,60 @@ def main(argv=None):
         if weights_figure(args.weights_figure, marks) is not None:
             print(f"figure: {args.weights_figure}", flush=True)
         return None
+    if not args.report:
+        result = run(args, toy)
+    write_page(args.out, args.quick)
+    return None if args.report else result
+
+
+def result_paths(out, quick):
+    """The grid's results and the amendment's in `out` (--quick: their miniatures)."""
+    tail = "_quick" * quick
+    return out / f"peers{tail}.json", out / f"peers_amendment{tail}.json"
+
+
+def run(args, toy):
+    """This run's arms on their seeds, its reading, its results file; returns the results."""
+    grid_path, amendment_path = result_paths(args.out, args.quick)
+    if args.amendment and not grid_path.exists():
+        sys.exit(f"--amendment: {grid_path} is missing; the amendment reads the grid's results")
     t0 = time.time()
     cpu = os.times()
     heldout = see.heldout_set(toy.heldout)
     toy.work.mkdir(parents=True, exist_ok=True)
     seeds = see.run_jobs(toy, heldout, job=run_seed)
-    summary = summarise(seeds, toy)
+    if args.amendment:
+        summary = summarise_amendment(seeds, toy, json.loads(grid_path.read_text()))
+    else:
+        summary = summarise(seeds, toy)
     now = os.times()
     runs = [r for s in seeds for r in [*s["base"].values(), *s["arms"][KEY].values()]]
     times = {"wall_s": time.time() - t0, "cpu_s": sum(now[i] - cpu[i] for i in range(4)),
              "runs_cpu_s": sum(r.get("cpu_s", 0) for r in runs), "load": os.getloadavg()[0]}
     config = {"quick": args.quick, "workers": args.workers, "lrs": toy.lrs, "steps": toy.steps,
-              "levels": toy.levels, "arms": ARMS}
+              "levels": toy.levels, "arms": toy.arms}
     result = {"config": config, "seed_sets": toy.seed_sets, "heldout": heldout, "seeds": seeds,
               "summary": summary, "times": times}
-    name = "peers" + "_quick" * args.quick
+    path = amendment_path if args.amendment else grid_path
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.json").write_text(json.dumps(result))
-    report.write(args.out / f"{name}.md", markdown(result))  # keeps a reading by hand above
-    print(f"results: {args.out / name}.json, .md", flush=True)
+    path.write_text(json.dumps(result))
+    print(f"results: {path}", flush=True)
     return result
+
+
+def write_page(out, quick):
+    """OUT/peers.md (--quick: peers_quick.md) from the grid's results and the amendment's, where
+    they are there."""
+    grid_path, amendment_path = result_paths(out, quick)
+    grid = json.loads(grid_path.read_text())
+    amendment = json.loads(amendment_path.read_text()) if amendment_path.exists() else None
+    page = grid_path.with_suffix(".md")
+    figure = page.with_name(page.stem + "_tradeoff.png")
+    report.write(page, markdown(grid, amendment, figure.name))  # keeps a reading by hand above
+    arms = tradeoff_arms(grid, amendment)
+    if tradeoff_figure(figure, arms, base_point(arms)) is not None:
+        print(f"figure: {figure}", flush=True)
+    print(f"page: {page}", flush=True)
 
 
 if __name__ == "__main__":

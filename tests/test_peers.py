@@ -258,13 +258,17 @@ def test_holm_by_hand(peers):
     assert peers.holm([0.02, 0.02]) == pytest.approx([0.04, 0.04]) and peers.holm([]) == []
 
 
-def test_verdict_is_the_protocols_rule(peers):
+def test_verdict_is_the_protocols_rule_as_amended(peers):
     assert peers.PROTOCOL["primary"]["verdicts"] == ["F above", "P above", "no difference shown"]
-    assert peers.verdict({"mean": -0.01}, 0.01, 0.05) == "F above"
-    assert peers.verdict({"mean": 0.02}, 0.05, 0.05) == "P above"  # rejects at p <= alpha
-    assert peers.verdict({"mean": 0.02}, 0.051, 0.05) == "no difference shown"
-    assert peers.verdict({"mean": -0.3}, 0.2, 0.05) == "no difference shown"  # whatever the mean
-    assert peers.verdict(None, 1.0, 0.05) == "no difference shown"  # no seed matched
+    assert peers.AMENDMENT["primary"]["verdicts"][:3] == peers.PROTOCOL["primary"]["verdicts"]
+    assert peers.verdict({"mean": -0.01, "n": 10}, 0.01, 0.05) == "F above"
+    assert peers.verdict({"mean": 0.02, "n": 9}, 0.05, 0.05) == "P above"  # rejects at p <= alpha
+    assert peers.verdict({"mean": 0.02, "n": 10}, 0.051, 0.05) == "no difference shown"
+    assert peers.verdict({"mean": -0.3, "n": 2}, 0.2, 0.05) == "no difference shown"  # any mean
+    # no seed matched, or one (no test): no comparison happened; the frozen rule's text said "no
+    # difference shown" here, the amendment's says so
+    assert peers.verdict(None, 1.0, 0.05) == "not comparable at matched pass@1"
+    assert peers.verdict({"mean": 0.1, "n": 1}, 1.0, 0.05) == "not comparable at matched pass@1"
 
 
 def test_the_protocols_design_is_see_it_happens_or_it_refuses_to_run(peers, monkeypatch):
