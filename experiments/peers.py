@@ -537,6 +537,9 @@ def grid_primary_markdown(summary):
     """The frozen [primary], and where its rule's text gave a verdict to no comparison."""
     lines = primary_markdown(summary, PRIMARY, "The primary endpoint",
                              " (the headline k by the rule)")
+    lines += ["A seed is unmatched, and left out, where either arm has no stable run or either "
+              "arm's top pass@1 is not above the base model's: the rule of the code that ran "
+              "(frontiers.seed_levels); the protocol's [rules] say \"neither\".", ""]
     renamed = [p for p, r in summary["primary"].items()
                if verdict(r["gap"], r["p_holm"], PRIMARY["alpha"]) != r["verdict"]]
     if renamed:

@@ -57,7 +57,7 @@ def shared_levels(a, b):
     hi = min(reach(a)[1], reach(b)[1])
     if hi < lo:
         return []
-    return [lo + (hi - lo) * i / (SHARED - 1) for i in range(SHARED)]
+    return [lo + (hi - lo) * i / (SHARED - 1) for i in range(SHARED - 1)] + [hi]  # hi exactly
 
 
 def pair(points_a, points_b):

@@ -7,6 +7,7 @@ import importlib.util
 import itertools
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 from types import SimpleNamespace
@@ -315,6 +316,22 @@ def test_plan_counts_the_protocols_runs_and_runs_nothing(peers, tmp_path, capsys
     assert peers.plan(toy)[1] == 8 * 2 * 3 + 4 * 2 * 2 and toy.quick and toy.steps == 4
 
 
+def test_the_amendment_runs_its_own_arms_and_refuses_to_change_the_grids(peers, tmp_path,
+                                                                         monkeypatch):
+    toy = peers.toy_args(peers.parse_args(["--amendment", "--work", str(tmp_path)]))
+    assert toy.arms == peers.AMENDMENT["arms"] and toy.seed_sets["all"] == list(range(20, 30))
+    assert set(toy.arms) == {"pkpo_k2", "passk_training_k2", "f_dapo", "dapo"}
+    assert peers.plan(toy)[1] == peers.AMENDMENT["budget"]["runs"] == 4 * 4 * 10
+    assert [r["options"] for r in peers.arm_runs("pkpo_k2", toy.arms["pkpo_k2"], toy)] == [
+        {"peer": "pkpo", "k": 2}] * 4
+    assert peers.seed_arms(29, toy) == list(peers.AMENDMENT["arms"])
+    with pytest.raises(SystemExit, match="peers.json is missing"):
+        peers.main(["--amendment", "--work", str(tmp_path), "--out", str(tmp_path / "none")])
+    monkeypatch.setitem(peers.AMENDMENT["arms"], "f_dapo", {**peers.ARMS["f_dapo"], "gamma": 0.5})
+    with pytest.raises(SystemExit, match="f_dapo differ"):
+        peers.check_protocol()
+
+
 def test_quick_never_writes_into_experiments_results(peers):
     with pytest.raises(SystemExit):
         peers.parse_args(["--quick", "--out", str(ROOT / "experiments" / "results")])
@@ -349,6 +366,23 @@ def test_peers_quick_holds_every_arm_on_its_seeds_and_a_verdict_per_peer(peers, 
     _peers_reading(peers, saved["summary"], (out / "peers_quick.md").read_text())
     again = peers.main(argv)  # resumed: nothing trains, the same records (their times too)
     assert json.loads(json.dumps(again["seeds"])) == saved["seeds"]
+    # the amendment: its own arms, F-DAPO's and DAPO's read from the cache the grid left (the
+    # same settings), its base models the grid's; then the page from both files, and --report
+    # writes the same page again from the JSON alone
+    amended = peers.main(argv + ["--amendment"])
+    assert set(amended["seeds"][0]["arms"]["rare/tie"]) == {
+        f"{arm}_lr{lr:g}" for arm in peers.AMENDMENT["arms"] for lr in lrs}
+    assert set(amended["summary"]["base_vs_grid"].values()) == {0.0}
+    assert list(amended["summary"]["primary"]) == peers.AMENDMENT["primary"]["peers"]
+    page = (out / "peers_quick.md").read_text()
+    for title in ("The amendment's primary endpoint", "pass@1 against pass@k"):
+        assert f"## {title}" in page
+    assert "| pkpo_k2 vs f_dapo (amendment) | 16 |" in page
+    for arm in ("pkpo_k2", "passk_training_k2", "f_dapo (amendment)", "dapo (amendment)"):
+        assert re.search(rf"^\| {re.escape(arm)} \| \d+ \| [0-9.]+ \|", page, re.M), arm
+    (out / "peers_quick.md").unlink()
+    assert peers.main(argv + ["--report"]) is None
+    assert (out / "peers_quick.md").read_text() == page
 
 
 def _peers_reading(peers, summary, page):
@@ -366,6 +400,8 @@ def _peers_reading(peers, summary, page):
     for p, r in primary.items():
         mean = r["gap"]["mean"] if r["gap"] else 0.0
         want = ("P above" if mean > 0 else "F above") if p in rejected else "no difference shown"
+        if r["gap"] is None or r["gap"]["n"] < 2:  # no comparison happened
+            want = "not comparable at matched pass@1"
         assert r["verdict"] == want and f"| {p} |" in page and f"**{want}**" in page
     others = [a for a in peers.ARMS if a != "dapo"]
     assert list(summary["minus_dapo"]) == others and list(summary["top_pass1"]) == list(peers.ARMS)
@@ -376,3 +412,54 @@ def _peers_reading(peers, summary, page):
     for title in ("The primary endpoint", "Every arm minus DAPO", "Top pass@1", "The mechanism",
                   "F minus base", "The prompt weight"):
         assert f"## {title}" in page
+
+
+# ---------------------------------------------------------------- pass@1 against pass@k
+@pytest.fixture
+def tradeoff(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    return importlib.import_module("tradeoff")
+
+
+def path(*points, listed=1.0):  # a run: step 0 (the base model), then (pass@1, pass@16) points
+    start = {"pass@1": 0.0, "pass@16": 1.0, "listed": 1.0}  # never a frontier point
+    return [start] + [{"pass@1": x, "pass@16": v, "listed": listed} for x, v in points]
+
+
+def test_frontier_is_the_best_pass_k_at_pass_1_at_least_p(tradeoff):
+    pts = tradeoff.arm_points([path((0.5, 0.9), (0.6, 0.8)), path((0.7, 0.85)),
+                               path((0.9, 0.99), listed=0.5)], "pass@16")  # broken: left out
+    assert pts == [(0.5, 0.9), (0.6, 0.8), (0.7, 0.85)]  # step 0 is the base model, left out
+    assert [tradeoff.frontier(pts, p) for p in (0.4, 0.5, 0.55, 0.65, 0.7, 0.71)] == [
+        0.9, 0.9, 0.85, 0.85, 0.85, None]
+    assert tradeoff.reach(pts) == (0.5, 0.7) and tradeoff.reach([]) is None
+    assert tradeoff.ended([[path((0.5, 0.9), (0.6, 0.8)), path((0.7, 0.85))], []],
+                          "pass@16") == pytest.approx(0.825)  # the last steps, seeds that ran
+
+
+def test_pair_by_hand_where_ranges_overlap_and_where_they_do_not(tradeoff):
+    a = [[(0.60, 0.90), (0.70, 0.85)], [(0.5, 0.7)], [(0.6, 0.8), (0.7, 0.7)], []]
+    b = [[(0.65, 0.95), (0.75, 0.80)], [(0.8, 0.9)], [(0.6, 0.9), (0.7, 0.75)], [(0.6, 0.9)]]
+    # seed 1: shared 0.65-0.70; B's frontier is 0.95 at 0.65, 0.80 above it; A's 0.85 throughout:
+    # +0.10 at one point of 11, -0.05 at ten. Seed 2: B's range lies above A's. Seed 3: shared
+    # 0.6-0.7, +0.1 at 0.6 and +0.05 above it, B at least A everywhere. Seed 4: A never ran.
+    assert tradeoff.shared_levels(a[0], b[0])[0] == 0.65 and len(
+        tradeoff.shared_levels(a[0], b[0])) == tradeoff.SHARED == 11
+    r = tradeoff.pair(a, b)
+    gaps = [(0.10 - 10 * 0.05) / 11, (0.10 + 10 * 0.05) / 11]
+    assert r["overlap"] == 2 and r["gap"]["mean"] == pytest.approx(statistics.fmean(gaps))
+    assert (r["b_at_least_a"], r["a_at_least_b"], r["b_range_above"], r["a_range_above"]) == (
+        1, 0, 1, 0)
+    swapped = tradeoff.pair(b, a)
+    assert swapped["gap"]["mean"] == pytest.approx(-r["gap"]["mean"])
+    assert (swapped["a_at_least_b"], swapped["a_range_above"]) == (1, 1)
+
+
+def test_mean_frontier_only_where_every_seed_has_one(tradeoff):
+    seeds = [[(0.50, 0.9), (0.60, 0.8)], [(0.55, 0.7), (0.58, 0.6)], []]
+    curve = tradeoff.mean_frontier(seeds)
+    assert min(curve) == 0.5 and max(curve) == 0.58  # from the lowest visited to the lowest top
+    assert curve[0.5] == pytest.approx((0.9 + 0.7) / 2)
+    assert curve[0.56] == pytest.approx((0.8 + 0.6) / 2)
+    assert tradeoff.summary(seeds) == pytest.approx(
+        {"seeds": 2, "low": 0.525, "top": 0.59, "best": 0.8})
