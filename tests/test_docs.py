@@ -1113,23 +1113,12 @@ FIGURES = [
     Figure("docs/why-focal.md", "lifts no arm's frontier by more than {:.4f} at any k", SEEN,
            lambda d: max(c[f"pass@{k}"]["gap"]["mean"] for c in
                          seen("bracket", "lifted")(d).values() for k in SEEN_KS)),
+    Figure("README.md", "the confirmation: 2 h on 2 cores ({:.0f} CPU-min)", SEEN,
+           lambda d: d["times"]["cpu_s"] / 60),
     Figure("docs/why-focal.md", "DAPO's clip takes {:.2%} to {:.2%} of the sampled arms' tokens",
            SEEN, lowest_highest(seen_arms("clip_frac", *(
                f"dapo_g{g}_lr{lr}_n8" for g in (0, 1)
                for lr in ("3e-05", "0.0001", "0.0002", "0.0003"))))),
-    Figure("experiments/results/see_it_happen.md", "{:.1f} min wall and {:.1f} CPU-min on 2 cores "
-           "shared with other work (load {:.1f} at the start, {:.1f} at the end)", SEEN,
-           lambda d: (d["times"]["wall_s"] / 60, d["times"]["cpu_s"] / 60, *d["times"]["load"])),
-    Figure("README.md", "the confirmation: 2 h on 2 cores ({:.0f} CPU-min)", SEEN,
-           lambda d: d["times"]["cpu_s"] / 60),
-    Figure("experiments/results/see_it_happen.md", "the arms took {:.1f} CPU-min as they ran",
-           SHAPED, lambda d: sum(x.get("cpu_s", 0) for s in d["seeds"] for x in [
-               *(a for arms in s["arms"].values() for a in arms.values()), *s["base"].values()])
-           / 60),
-    Figure("experiments/results/see_it_happen.md", "keeps more pass@16 than DAPO, {:+.4f} "
-           "[{:+.4f}, {:+.4f}], 10 of 10 seeds (exploration: {:+.4f})", (SEEN, SHAPED),
-           lambda a, b: (*seen_ci("frontier", "1/8", "pass@16", "gap")(a),
-                         seen("frontier", "1/8", "pass@16", "gap", "mean")(b))),
 ]
 
 
@@ -1236,6 +1225,56 @@ def test_a_results_file_records_its_command_without_a_scratch_path():
     absolute = [f"{name}: {c}" for name, c in commands.items()
                 if isinstance(c, str) and re.search(r"(?:^|[\s=])/", c)]
     assert not absolute, "bench/run.py records --out relative:\n" + "\n".join(absolute)
+
+
+# ---------------------------------------------------------------- the results pages
+# Every page of experiments/results/ is written by its experiment's code from its results file
+# (peers.md, with a reading by hand above its tables, aside): regenerated here from the committed
+# JSON, it must equal the committed page byte for byte.
+RESULTS = ROOT / "experiments" / "results"
+NOT_REGENERATED = {"peers.md"}  # its reading by hand is kept above what peers.py writes
+
+
+def _results_pages(results=RESULTS):
+    """{page name: the page as its writer makes it from the JSON in `results`}."""
+    table1, two, categorical, see, report = (_load(f"experiments/{name}.py") for name in (
+        "table1", "two_strategy", "categorical", "see_it_happen", "see_it_happen_report"))
+
+    def saved(name):
+        return json.loads((results / f"{name}.json").read_text())
+
+    pages = {"table1_tiny.md": table1.markdown(saved("table1_tiny")),
+             "two_strategy.md": two.page(saved("two_strategy"))}
+    for path in sorted(results.glob("categorical_*.json")):
+        pages[f"{path.stem}.md"] = categorical.page(saved(path.stem))
+    names = ["see_it_happen_confirmation", "see_it_happen_exploration"]
+    runs = [saved(name) for name in names]
+    for name, run in zip(names, runs):
+        args = SimpleNamespace(**{**vars(see.parse_args([])), **run["config"]})
+        pages[f"{name}.md"] = report.markdown(run, args)
+    pages["see_it_happen.md"] = report.page_markdown(*runs, see.PROTOCOL, names)
+    return pages
+
+
+def _results_pages_unlike_their_json(results=RESULTS):
+    pages = _results_pages(results)
+    committed = {p.name for p in results.glob("*.md")} - NOT_REGENERATED
+    return sorted(committed ^ set(pages)) + sorted(
+        name for name in committed & set(pages) if (results / name).read_text() != pages[name])
+
+
+def test_every_results_page_is_its_writers_from_its_json(tmp_path):
+    assert _results_pages_unlike_their_json() == []
+    results = tmp_path / "results"  # and it fails on a figure changed in a JSON or a page
+    shutil.copytree(RESULTS, results, ignore=shutil.ignore_patterns("*.png", "peers.*"))
+    tiny = json.loads((results / "table1_tiny.json").read_text())
+    tiny["runs"]["f-dapo"]["mean"]["math_avg"]["1"] += 0.001
+    (results / "table1_tiny.json").write_text(json.dumps(tiny))
+    page = results / "two_strategy.md"
+    page.write_text(page.read_text().replace("| 1 | 0.05 |", "| 1 | 0.06 |", 1))
+    (results / "new.md").write_text("a page no writer makes\n")
+    assert _results_pages_unlike_their_json(results) == ["new.md", "table1_tiny.md",
+                                                         "two_strategy.md"]
 
 
 # ---------------------------------------------------------------- times measured by hand
