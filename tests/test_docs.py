@@ -1209,6 +1209,10 @@ def test_a_planted_or_changed_number_fails_the_scan(tmp_path):
     assert [f.split(": ")[0] for f in found if "no longer stands" in f] == [
         "README.md", "docs/verification.md"], found
     assert "README.md: '95.8' in" in " ".join(found)
+    makefile = root / "Makefile"  # a help string's figure
+    makefile.write_text(makefile.read_text().replace("before and after: minutes", "before and "
+                                                     "after: about 2 min", 1))
+    assert any(f.startswith("make help: '2' in") for f in unaccounted(root=root))
     gpu_check = root / "docs" / "gpu-check.md"  # and a page PENDING is scanned once it changes
     gpu_check.write_text(gpu_check.read_text() + "\nIt ran 3 s.\n")
     assert any(f.startswith("docs/gpu-check.md: '3' in") for f in unaccounted(root=root))
