@@ -33,13 +33,13 @@ PYTEST ?=
 test: parity-deps  ## the fast suite, after every change: not the tests marked slow (minutes)
 	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) -m pytest -q -m "not slow" $(PYTEST)
 
-test-all: parity-deps smollm2  ## every test, SmolLM2's included (CI runs this): about 25 minutes
+test-all: parity-deps smollm2  ## every test, SmolLM2's included (CI runs this): the longest
 	FGRPO_PARITY_DEPS=$(PARITY_DEPS) $(PYTHON) -m pytest -q $(PYTEST)
 
 # the demo's held-out problems, before and after: eval.py on the base model and the last checkpoint
 DEMO_EVAL = --data runs/demo/tiny_seed0/held_out.jsonl --n 8 --max-new-tokens 6 --rollout hf
 
-demo:  ## F-DAPO on the tiny offline model and toy task, eval.py before and after: about 2 min
+demo:  ## F-DAPO on the tiny offline model and toy task, eval.py before and after: minutes
 	rm -rf runs/demo
 	$(PYTHON) fgrpo.py --model tiny --algo dapo --gamma 1 --out runs/demo
 	$(PYTHON) eval.py --model runs/demo/tiny_seed0/model $(DEMO_EVAL) --out runs/demo/eval_base
@@ -49,10 +49,10 @@ demo:  ## F-DAPO on the tiny offline model and toy task, eval.py before and afte
 table1:  ## the paper's Table 1 on a GPU node (experiments/table1.py); run again to resume
 	$(PYTHON) experiments/table1.py $(TABLE1)
 
-table1-tiny:  ## the same on the tiny model, offline on a CPU (runs/table1-tiny): 5 min on 2 cores
+table1-tiny:  ## the same on the tiny model, offline on a CPU (runs/table1-tiny): minutes
 	$(PYTHON) experiments/table1.py --model tiny $(TABLE1)
 
-bench:  ## ratios against the plain alternatives (bench/run.py): about 15 min; quick: BENCH_QUICK=1
+bench:  ## ratios against the plain alternatives (bench/run.py): minutes; quick: BENCH_QUICK=1
 	$(PYTHON) bench/run.py
 
 # verl 0.9.1 with the few packages its imported parts need, in a scratch folder and never in this
@@ -109,7 +109,7 @@ smollm2:  ## the model and the data in runs/smollm2, once (its gguf, accelerate:
 smollm2-test: smollm2  ## the real path end to end on it (tests/test_smollm2.py): minutes
 	$(PYTHON) -m pytest -q -m smollm2 $(PYTEST)
 
-smollm2-learn:  ## F-DAPO and DAPO on its arithmetic, eval.py before and after: about 50 min
+smollm2-learn:  ## F-DAPO and DAPO on its arithmetic, eval.py before and after: long on a CPU
 	$(PYTHON) experiments/smollm2.py learn
 
 clean:  ## remove runs/ and the caches

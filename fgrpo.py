@@ -6,11 +6,11 @@ are multiplied by
 
     g(x) = (1 - mu_hat_pos(x)) ** gamma,   mu_hat_pos(x) = (# correct of N) / N
 
-so prompts the policy already solves push less, and probability mass is not sharpened onto the
+so prompts the policy already solves push less, and probability mass is sharpened less onto the
 common correct solutions at the expense of rare ones. Rewards, clip bounds and importance ratios
 are unchanged; gamma = 0 is exactly the base algorithm.
 
-    python fgrpo.py --model tiny --algo dapo --gamma 1   # the CPU demo, about a minute
+    python fgrpo.py --model tiny --algo dapo --gamma 1   # the CPU demo, on a laptop
     python fgrpo.py --algo dapo --gamma 1   # F-DAPO, Qwen2.5-7B on DeepScaleR, the node's GPUs
     python fgrpo.py --algo dapo --gamma 1 --resume       # continue a killed run (runs/fgrpo)
     python fgrpo.py --algo dapo             # Table 1's F-DAPO: gamma 0.5 (Table 7), as PAPER_GAMMA

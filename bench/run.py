@@ -37,7 +37,7 @@ from train_step import UNMATCHED
 
 HERE = Path(__file__).resolve().parent
 PARTS = ["logprobs", "verify", "train", "rollout", "lengths"]
-SIZES = {  # full: the sizes of docs/bench.md's table; quick: a smoke test of every part
+SIZES = {  # full: the sizes of docs/verification.md's table; quick: a smoke test of every part
     "full": dict(lp_batch=4, lp_seq=1024, lp_iters=2, lp_reps=2, v_problems=200, v_samples=256,
                  v_reps=2, t_steps=5, t_warmup=1, t_reps=2, r_demo=["32x8", "256x8"],
                  r_long=["8x8", "32x8"], r_long_tokens=256, r_reps=3, l_flags=[], l_reps=2),

@@ -206,28 +206,42 @@ def plot(runs, n_values, gammas, seeds, title, path):
 
 
 def write_results(args, runs, walls, seeds):
-    """Markdown table, JSON of every (run, N, gamma, seed) and, with matplotlib, a PNG."""
+    """JSON of every (run, N, gamma, seed), its page (a markdown table) and, with matplotlib, a
+    PNG."""
     tag = "_".join(["categorical"] + [n.replace(" lr=", "_lr") for n in runs]
                    + ["quick"] * args.quick)
-    title = (f"T={args.steps}, {args.n_actions} actions ({args.n_correct} correct), "
-             f"{len(seeds)} seeds")
-    table = markdown_table(runs, args.n, args.gammas, seeds)
-    print(table)
-    notes = "".join(f"- {n}: wd={args.weight_decay:g} (AdamW only), initial correct mass "
-                    f"{r['initial_correct_mass']:.4f}, wall {walls[n]:.0f} s\n"
-                    for n, r in runs.items())
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{tag}.md").write_text(
-        f"### M_ret and final correct mass; {title}\n\n{table}\n{notes}")
     rows = [{"optim": n, "n": k[0], "gamma": k[1], "seed": k[2], "m_ret": v,
              "correct_mass": r["correct_mass"][k]}
             for n, r in runs.items() for k, v in r["m_ret"].items()]
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     settings.update(lr={n: r["lr"] for n, r in runs.items()}, wall_s=walls,
                     initial_correct_mass=next(iter(runs.values()))["initial_correct_mass"])
-    (args.out / f"{tag}.json").write_text(
-        json.dumps({"settings": settings, "runs": rows}, indent=1))
-    plot(runs, args.n, args.gammas, seeds, title, args.out / f"{tag}.png")
+    saved = {"settings": settings, "runs": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{tag}.json").write_text(json.dumps(saved, indent=1))
+    (args.out / f"{tag}.md").write_text(page(saved))
+    print(page(saved))
+    plot(runs, args.n, args.gammas, seeds, title(saved["settings"]), args.out / f"{tag}.png")
+
+
+def title(settings):
+    return (f"T={settings['steps']}, {settings['n_actions']} actions ({settings['n_correct']} "
+            f"correct), {settings['seeds']} seeds")
+
+
+def page(saved):
+    """The results page of a results file (its JSON): M_ret and final correct mass by N."""
+    s = saved["settings"]
+    runs = {}
+    for row in saved["runs"]:
+        run = runs.setdefault(row["optim"], {"m_ret": {}, "correct_mass": {}})
+        key = (row["n"], row["gamma"], row["seed"])
+        run["m_ret"][key], run["correct_mass"][key] = row["m_ret"], row["correct_mass"]
+    table = markdown_table(runs, s["n"], s["gammas"], list(range(s["seeds"])))
+    notes = "".join(f"- {n}: wd={s['weight_decay']:g} (AdamW only), initial correct mass "
+                    f"{s['initial_correct_mass']:.4f}, wall {s['wall_s'][n]:.0f} s\n"
+                    for n in runs)
+    return f"### M_ret and final correct mass; {title(s)}\n\n{table}\n{notes}"
 
 
 def main(argv=None):

@@ -775,7 +775,7 @@ def write_results(result, traj, args):
     report.write(args.out / f"{args.name}.md", report.markdown(result, args))
     figures.draw(result, traj, args)
     names = [f"see_it_happen_{x}" + "_quick" * args.quick for x in ("confirmation", "exploration")]
-    report.write_page(args.out, PROTOCOL, names, report.committed(PROTOCOL_PATH))
+    report.write_page(args.out, PROTOCOL, names)
     print(f"results: {args.out / args.name}.json, .md, .png, _mechanism.png", flush=True)
 
 
@@ -815,9 +815,10 @@ def main(argv=None):
     summary, traj = summarise(seeds, args)
     now = os.times()
     spent = sum(now[i] - cpu[i] for i in range(4))  # this process and its workers, user + system
-    times = {"wall_s": time.time() - t0, "cpu_s": spent, "load": [load, os.getloadavg()[0]]}
+    times = {"wall_s": time.time() - t0, "cpu_s": spent, "load": [load, os.getloadavg()[0]],
+             "cores": os.cpu_count()}
     result = {"config": config_of(args), "heldout": heldout, "seeds": seeds, "summary": summary,
-              "times": times}
+              "times": times, "protocol_commit": report.committed(PROTOCOL_PATH)}
     write_results(result, traj, args)
     return result
 

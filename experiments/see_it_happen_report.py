@@ -178,6 +178,10 @@ def base_markdown(key, res):
     return lines + ["", f"Headline k: {res['headline_k']}.", ""]
 
 
+def cores(times):  # the machine's cores, where the run recorded them
+    return f" ({times['cores']} cores)" if "cores" in times else ""
+
+
 def times_line(result, args):
     t, seeds = result["times"], result["seeds"]
     runs = [a for s in seeds for arms in s["arms"].values() for a in arms.values()]
@@ -188,7 +192,7 @@ def times_line(result, args):
     return (f"`python experiments/see_it_happen.py{flags}` (this "
             f"invocation): {t['wall_s'] / 60:.1f} min wall, {t['cpu_s'] / 60:.1f} CPU-min, "
             f"{args.workers} worker(s), load average {t['load'][0]:.1f} at the start and "
-            f"{t['load'][1]:.1f} at the end (2 cores, shared). The warm starts and arms it reports "
+            f"{t['load'][1]:.1f} at the end{cores(t)}. The warm starts and arms it reports "
             f"took {wall / 60:.1f} worker-min wall and {cpu / 60:.1f} CPU-min when they ran "
             "(cached ones in an earlier invocation). Every figure is exact over "
             f"{args.heldout} held-out prompts (see the module docstring).")
@@ -230,9 +234,10 @@ def primary(res, protocol):
     return gap, k, gap is not None and gap["lo"] is not None and gap["lo"] > 0
 
 
-def page_markdown(confirm, explore, protocol, committed):
+def page_markdown(confirm, explore, protocol, names):
     """The results page: the confirmation's primary endpoint as the protocol reads it, then the
-    confirmation beside the exploration at every k, then the secondary analyses."""
+    confirmation beside the exploration at every k, then the secondary analyses. names: the two
+    runs' pages, without .md."""
     key = next(iter(confirm["summary"]["conditions"]))
     res = confirm["summary"]["conditions"][key]
     old = explore["summary"]["conditions"][key]
@@ -241,7 +246,11 @@ def page_markdown(confirm, explore, protocol, committed):
     verdict = "**confirmed**" if confirmed else "**not confirmed**"
     lines = [f"# See it happen: the confirmation ({seeds[0]}) and the exploration ({seeds[1]})",
              "", f"The protocol, experiments/see_it_happen_protocol.toml, was committed at "
-             f"{committed}, before the confirmation ran. {key}.", "", "## The primary endpoint",
+             f"{confirm.get('protocol_commit', 'a commit this run did not record')}, before the "
+             f"confirmation ran. {key}. Each run's own tables: [the confirmation]({names[0]}.md), "
+             f"[the exploration]({names[1]}.md), on which the design was shaped; their reading: "
+             "[docs/why-focal.md](../../docs/why-focal.md), section 6.", "",
+             "## The primary endpoint",
              "", f"F minus DAPO at N {protocol['design']['n']}, pass@{k} (the headline k by the "
              f"rule), each seed's gap at matched pass@1 averaged over its levels, mean over the "
              f"{gap['n']} confirmation seeds: {ci(gap, 4)} (p {tests(gap)}). The protocol's rule "
@@ -321,13 +330,13 @@ def versus_exact_markdown(res, old, seeds):
             "update, \"0/8 - 0/exact\" what groups of 8 cost DAPO.", "", *table(head, rows), ""]
 
 
-def write_page(out, protocol, names, committed):
+def write_page(out, protocol, names):
     """OUT/see_it_happen.md from OUT/NAME.json of both runs (names: confirmation, exploration);
     nothing where either run is missing."""
     paths = [out / f"{name}.json" for name in names]
     if all(p.exists() for p in paths):
         runs = [json.loads(p.read_text()) for p in paths]
-        write(out / "see_it_happen.md", page_markdown(*runs, protocol, committed))
+        write(out / "see_it_happen.md", page_markdown(*runs, protocol, names))
 
 
 def committed(path):

@@ -31,6 +31,7 @@ import argparse
 import functools
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -44,7 +45,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import fgrpo  # noqa: E402
 import see_it_happen as see  # noqa: E402
 import see_it_happen_report as see_report  # noqa: E402
-from frontiers import median_path  # noqa: E402
+from frontiers import FINAL_KEYS, median_path  # noqa: E402
 from paired import paired_summary  # noqa: E402
 
 OUTCOMES = ("first", "last", "other")
@@ -366,15 +367,24 @@ def derivation(args):
 
 
 # ---------------------------------------------------------------- report
-def markdown(res, args, wall):
+def markdown(res, args, wall, cores=None):
+    """The results page, from the results file: res its runs and derivation, args its config."""
+    machine = f" on {cores} cores" if cores else ""
     lines = [f"# Two strategies, many prompts: {args.seeds} seeds, {args.steps} steps, "
              f"N = {args.n}",
              "", f"`python experiments/two_strategy.py{' --quick' if args.quick else ''}`: "
-             f"{wall:.0f} s on 2 shared cores. docs/why-focal.md reads these numbers.", ""]
+             f"{wall:.0f} s{machine}. docs/why-focal.md reads these numbers.", ""]
     lines += derivation_markdown(res["derivation"], args)
     for optim, run in res["runs"].items():
         lines += mix_markdown(optim, run, args)
     return "\n".join(lines) + "\n"
+
+
+def page(saved):
+    """The results page of a results file (its JSON), as main writes it."""
+    args = argparse.Namespace(**{**vars(parse_args([])), **saved["config"]})
+    res = {"derivation": saved["derivation"], "runs": saved["runs"]}
+    return markdown(res, args, saved["wall_s"], saved.get("cores"))
 
 
 def weight_table(ratios):
@@ -432,7 +442,7 @@ def mix_markdown(optim, run, args):
                         f"F N {args.n} - exact gamma 0", f"ceiling, N {args.n}", "ceiling, exact"],
                        rows)
         lines += ["", "Final metrics at each lr, mean over seeds:", ""]
-        keys = [x.format(k=args.k) for x in see.FINAL_KEYS]
+        keys = [x.format(k=args.k) for x in FINAL_KEYS]
         rows = [[arm] + [f"{v[x][0]:.3f}" for x in keys] for arm, v in r["final"].items()]
         lines += table(["arm", *keys], rows)
     return lines
@@ -553,11 +563,11 @@ def main(argv=None):
     res = {"derivation": derivation(args), "runs": runs}
     wall = time.time() - t0
     args.out.mkdir(parents=True, exist_ok=True)
-    saved = {"config": see.config_of(args), **res, "wall_s": wall}
+    saved = {"config": see.config_of(args), **res, "wall_s": wall, "cores": os.cpu_count()}
     (args.out / f"{args.name}.json").write_text(json.dumps(saved))
-    (args.out / f"{args.name}.md").write_text(markdown(res, args, wall))
+    (args.out / f"{args.name}.md").write_text(page(saved))
     plot(trajs, args, args.out / f"{args.name}.png")
-    print(markdown(res, args, wall))
+    print(page(saved))
     return res
 
 

@@ -1,7 +1,9 @@
 """The docs hold to the code: every command's flags and make targets exist, every cited file and
 test exists, the files keep their budgets, and CONTRIBUTING.md states the rules these tests
 enforce (its messages point there)."""
+import ast
 import contextlib
+import hashlib
 import importlib.util
 import inspect
 import io
@@ -28,6 +30,10 @@ DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").gl
 LINE_LIMIT = 100
 FUNCTION_LIMIT = 50
 FILE_LIMITS = {"fgrpo.py": 1000, "eval.py": 400}
+# and the docs' words (wc -w): the README, the README, CONTRIBUTING.md and docs/ together, and a
+# page rewritten elsewhere (PENDING) once it lands; the README's lines
+WORD_LIMITS = {"README.md": 2500, "docs": 13000, "docs/gpu-check.md": 1000}
+README_LINES = 300
 
 
 # ---------------------------------------------------------------- the docs' commands
@@ -123,22 +129,48 @@ def _cited_files_missing(paths):
     return missing
 
 
+def _headings(path):  # the anchors of a markdown file's headings, as GitHub makes them
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
+def _anchors_missing(paths):
+    """Every link to a heading (file.md#anchor, or #anchor on its own page) with no such heading,
+    as "file:line: target"."""
+    missing = []
+    for path in paths:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", line):
+                page = path.parent / target if target else path
+                if page.suffix == ".md" and page.exists() and anchor not in _headings(page):
+                    missing.append(f"{path.name}:{n}: {target}#{anchor}")
+    return missing
+
+
 def test_every_file_the_docs_cite_exists(tmp_path):
     docs = [*DOCS, *sorted((ROOT / "experiments" / "results").glob("*.md"))]
     assert not _cited_files_missing(docs), "\n".join(_cited_files_missing(docs))
-    bad = tmp_path / "bad.md"  # and it finds a missing one, either way of citing
+    assert not _anchors_missing(docs), "\n".join(_anchors_missing(docs))
+    bad = tmp_path / "bad.md"  # and it finds a missing one, either way of citing, and a heading
     bad.write_text("see [x](docs/nope.md#a), [y](https://e.org) and `bench/gone.json`\n"
-                   f"and [z]({ROOT / 'README.md'})\n")
+                   f"and [z]({ROOT / 'README.md'}), [w]({ROOT / 'README.md'}#no-such-heading)\n"
+                   "## A heading, here\n[v](#a-heading-here) [u](#nowhere)\n")
     assert _cited_files_missing([bad]) == ["bad.md:1: docs/nope.md", "bad.md:1: bench/gone.json"]
+    assert _anchors_missing([bad]) == [f"bad.md:2: {ROOT / 'README.md'}#no-such-heading",
+                                       "bad.md:4: #nowhere"]
 
 
 def test_the_files_keep_their_budgets():
-    # CONTRIBUTING.md's budgets: LINE_LIMIT characters a line in every tracked .py file and the
-    # Makefile, FUNCTION_LIMIT lines a function in every .py file, FILE_LIMITS' lines a file
+    # CONTRIBUTING.md's budgets: LINE_LIMIT characters a line in every tracked .py file, the
+    # Makefile and the docs, FUNCTION_LIMIT lines a function in every .py file, FILE_LIMITS' lines
+    # a file where it has one, and the docs' words (wc -w) within WORD_LIMITS
     import ast
     tracked = subprocess.run(["git", "ls-files", "*.py", "Makefile"], cwd=ROOT,
                              capture_output=True, text=True).stdout.split()
-    long = [f"{name}:{i}" for name in tracked if (ROOT / name).exists()
+    docs = [str(p.relative_to(ROOT)) for p in DOCS]
+    docs = [n for n in docs if _pending(n, (ROOT / n).read_text()) != (ROOT / n).read_text()]
+    long = [f"{name}:{i}" for name in [*tracked, *docs] if (ROOT / name).exists()
             for i, line in enumerate((ROOT / name).read_text().splitlines(), 1)
             if len(line) > LINE_LIMIT]
     assert "Makefile" in tracked and not long, \
@@ -152,6 +184,18 @@ def test_the_files_keep_their_budgets():
         functions = [f for f in ast.walk(ast.parse(text)) if isinstance(f, ast.FunctionDef)]
         over = [f.name for f in functions if f.end_lineno - f.lineno + 1 > FUNCTION_LIMIT]
         assert not over, f"{name}: functions over {FUNCTION_LIMIT} lines (CONTRIBUTING.md): {over}"
+    words = doc_words()
+    assert words["README.md"] <= WORD_LIMITS["README.md"], words
+    assert sum(words.values()) <= WORD_LIMITS["docs"], (sum(words.values()), words)
+    over = [name for name, most in WORD_LIMITS.items() if name in words and words[name] > most
+            and _pending(name, (ROOT / name).read_text()) != (ROOT / name).read_text()]
+    assert not over, f"over their word budgets (CONTRIBUTING.md): {over}"
+    assert len((ROOT / "README.md").read_text().splitlines()) <= README_LINES
+
+
+def doc_words(root=ROOT):  # each doc's words, as wc -w counts them
+    pages = [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "docs").glob("*.md"))]
+    return {str(path.relative_to(root)): len(path.read_text().split()) for path in pages}
 
 
 def test_contributing_states_the_rules_these_tests_enforce():
@@ -159,7 +203,9 @@ def test_contributing_states_the_rules_these_tests_enforce():
     # test checks the names exist)
     text = " ".join((ROOT / "CONTRIBUTING.md").read_text().split())  # lines joined
     stated = [f"at most {LINE_LIMIT} characters", f"none over {FUNCTION_LIMIT} lines",
-              *(f"`{name}` at most {most:,} lines" for name, most in FILE_LIMITS.items())]
+              *(f"`{name}` at most {most:,} lines" for name, most in FILE_LIMITS.items()),
+              f"the README at most {WORD_LIMITS['README.md']:,} words and {README_LINES} lines",
+              f"the docs together at most {WORD_LIMITS['docs']:,} words"]
     assert [phrase for phrase in stated if phrase not in text] == []
     rules = ["test_the_files_keep_their_budgets", "test_readme_commands_use_real_flags",
              "test_every_file_the_docs_cite_exists", "test_every_test_the_docs_cite_exists",
@@ -167,9 +213,8 @@ def test_contributing_states_the_rules_these_tests_enforce():
              "test_code_and_docs_cite_only_what_a_reader_has",
              "test_the_docs_type_no_counts_a_change_makes_stale",
              "test_every_hook_in_the_repository_takes_the_calls_train_makes",
-             "test_the_docs_quote_each_figure_as_its_results_file_has_it",
-             "test_no_figure_in_the_docs_without_a_registered_source",
-             "test_a_time_measured_by_hand_says_where_and_when",
+             "test_every_number_in_the_docs_is_read_from_its_source_or_declared",
+             "test_every_results_page_is_its_writers_from_its_json",
              "test_every_planted_bug_finds_its_text_once_and_its_file_still_parses"]
     assert [rule for rule in rules if f"`{rule}`" not in text] == []
 
@@ -260,44 +305,190 @@ def test_code_and_docs_cite_only_what_a_reader_has(tmp_path):
     bad.write_text("\n".join(words) + "\nSec. 4, Eq. 12 and pytorch#120601\n")
     assert [x.split(": ")[0] for x in _unseen_citations([bad])] == [f"{bad}:{n}" for n in (1, 2, 3)]
 
-# ---------------------------------------------------------------- the figures the docs quote
-# The figures the README and docs/ quote from a results file are that file's: each is read from
-# the file, formatted as printed and looked for in the page, so a figure changed by hand in the
-# text, or in the file, fails here. And a time measured by hand says where and when.
-# 
-# To add a figure: a line in FIGURES, Figure(page, the words as printed with a {} where each figure
-# stands, the results file, what reads the figures from it). `at("rows/2/ratio")` reads a path of
-# keys and list indices; anything else is a function of the file's JSON.
+# ---------------------------------------------------------------- every number, accounted for
+# Default-deny: every number of the README, CONTRIBUTING.md, docs/ and `make help` (digits in any
+# form: 7, 1,024, 0.5, -0.021, 95.7%, 2x, 2×, 12k, 3.2e5, 1/8, 4-6; and the words for numbers,
+# ratios and fractions: one, twice, half, a tenth, ...) stands inside an entry of NUMBERS for its
+# page, which either
+# - reads it from its source: Figure(the words as printed, a {} with its format where each number
+#   stands, the source, what reads the numbers from it): a results file, the code (a constant, a
+#   default, what it prints), or arithmetic on them that the reader redoes; or
+# - declares it for what it is: Declared(the words as printed, the kind): a value of the paper
+#   with its table or equation (paper("Table 1")), a formula's own constants (FORMULA), an
+#   example input (EXAMPLE).
+# Needing no entry, by their shape alone: a reference (Sec. 4, Eqs. 11-13, Table 1, App. L.2,
+# section 6, Lemma 3.1, arXiv 2602.06717), a version (2.13.0), a commit (4224670 aside: all
+# digits, it is read), a file, path or identifier (runs/demo, step_000150, fp32, H100, pass@16),
+# a name of NAMES, and what fenced or indented code holds outside its comments (the commands'
+# flags are test_readme_commands_use_real_flags'). Link targets and URLs are not text.
+# An entry that no longer stands in its page fails too: the text changed, or its source did.
+class Figure(NamedTuple):
+    text: str  # as printed, a {} (with its format) where each number stands
+    file: str  # the source, from the repository's root (or a tuple of them)
+    read: Callable  # the source (each source) -> the numbers, in the order of the {}s
+
+
+class Declared(NamedTuple):
+    text: str  # as printed; every number in it is of the kind
+    kind: str  # paper("Table 1"), FORMULA, EXAMPLE or WORDING
+
+
+FORMULA = "a formula's own constants"
+EXAMPLE = "an example input"
+WORDING = "a count the sentence itself shows"
+PAPER = re.compile(r"the paper's \((?:Table|Eqs?\.|App\.|Sec\.|Lemma) [\w.-]+\)")
+
+
+def paper(where):  # a value of the paper, with its table, equation, appendix or section
+    return f"the paper's ({where})"
+
+
+# the names with digits that no shape rule masks: models, and the size that names the 7B
+NAMES = ("Llama-3.2-3B-Instruct", "SmolLM2-135M-Instruct", "SmolLM2-135M", "Qwen2.5-7B",
+         "Qwen3-4B-Base", "Qwen2.5-0.5B", "MATH-500", "7B", "0.5B")
+NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+                 "fourteen "
+         "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy "
+         "eighty ninety hundred hundreds thousand thousands million millions billion billions "
+         "dozen dozens twice thrice half halves halve halved double doubled doubles triple "
+         "tripled third thirds quarter quarters fifth fifths tenth tenths hundredth").split()
+NUMBER = re.compile(  # a digit-led token (its sign, its unit letters aside), or a number's word
+    r"(?<![\w.@#])(?P<n>(?:[+\-\u2212\u00b1](?=\d))?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+    r"(?:[eE][+\-\u2212]?\d+)?)[A-Za-z%\u00d7]*|\b(?P<w>" + "|".join(NUMBER_WORDS) + r"|\w+fold)\b",
+    re.I)
+NO_NUMBER = re.compile("|".join([  # what needs no entry: its numbers are no figures
+    r"\b(?:Secs?\.|Eqs?\.|App\.|Tables?|Lemma|Figure|[Ss]ections?)"  # references
+    r" (?:[A-Z](?:\.\d+)?|\d+(?:\.\d+)?)(?:(?:-|, | and | or | to )(?:[A-Z]\.)?\d+(?:\.\d+)?)*",
+    r"\barXiv \[?\d{4}\.\d{4,5}",  # the paper's, or another's, arXiv id
+    r"\b\d+\.\d+\.\d+(?:\+\w+)?",  # a version
+    r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b",  # a commit
+    r"[\w.@-]*[A-Za-z][\w.@-]*/[\w./@-]*|[\w.@-]*/[\w.@-]*[A-Za-z][\w./@-]*",  # a path
+    r"\b[A-Za-z_][A-Za-z_]*\d[\w.]*(?:-\w+)*",  # an identifier: fp32, H100, step_000150
+    r"\w#\d+",  # an issue of another repository: pytorch#120601
+    r"#+ \d+\.",  # a numbered heading
+    *(r"(?<![\w.-])" + re.escape(name) + r"(?![\w.-])" for name in NAMES)]))
+
+
+def prose(text):
+    """A page as its reader reads it, whitespace runs as one space: fenced and indented code
+    only as its comments (output blocks whole), no link targets, URLs nor HTML comments."""
+    kept, fence = [], None
+    for line in re.sub(r"<!--.*?-->", "", text, flags=re.S).splitlines():
+        if line.lstrip().startswith("```"):
+            fence = line.strip()[3:] if fence is None else None
+            continue
+        code = fence in ("bash", "python", "sh") or (fence is None and line.startswith("    "))
+        comment = re.search(r"(?:^|\s)(#\s.*)$", line)
+        line = line if code else re.sub(r"^(\s*)\d+\. ", r"\1", line)  # a numbered list's
+        kept.append((comment.group(1) if comment else "") if code else line)
+    text = re.sub(r"\]\([^)\s]*\)", "]", "\n".join(kept))
+    return " ".join(re.sub(r"https?://\S+", "", text).split())
+
+
+def numbers(text):
+    """(start, end) of every number of `text` that its shape alone does not account for."""
+    masked = [(m.start(), m.end()) for m in NO_NUMBER.finditer(text)]
+    return [m.span("n") if m["n"] else m.span("w") for m in NUMBER.finditer(text)
+            if not any(a <= m.start() and m.end() <= b for a, b in masked)]
+
+
+# ---------------------------------------------------------------- the sources and their readers
 BENCH = "bench/results.json"
-VERIFY = "bench/verify_results.json"
 CALIBRATION = "checks/compare_calibration.json"
 PARITY = "checks/parity_results.json"
 MUTATION = "checks/mutation_results.json"
 PEERS = "experiments/results/peers.json"
+PEERS_PROTOCOL = "experiments/peers_protocol.toml"
+TWO = "experiments/results/two_strategy.json"
+TINY = "experiments/results/table1_tiny.json"
+CAT_LR3 = "experiments/results/categorical_adamw_lr0.001.json"
+CAT_LR2 = "experiments/results/categorical_adamw_lr0.01_sgd_lr5000.json"
+DEMO = "docs/demo_output.json"  # make demo's output, as the README shows it
+PROTOCOL = "experiments/see_it_happen_protocol.toml"
+SEEN = "experiments/results/see_it_happen_confirmation.json"  # seeds 10-19, the protocol's
+SHAPED = "experiments/results/see_it_happen_exploration.json"  # seeds 0-9
+FLAGS = "fgrpo.py's flags"  # their defaults
+EVAL_FLAGS = "eval.py's flags"
+PLAN = "experiments/table1.py --plan"  # its printed estimate
+THIS = "tests/test_docs.py"  # this file's constants
+GPU_CHECK = "checks/gpu_check.py"
+TABLE1 = "experiments/table1.py"
+CI3 = "{:+.3f} [{:+.3f}, {:+.3f}]"  # a paired summary, mean [95% t interval]
+SEEN_KS = (2, 4, 8, 16, 32, 64, 128, 256)  # the k past 1 of every see_it_happen result
+WORDS = ("none", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+# docs/paper-run.md's memory and time plan for Qwen2.5-7B, redone from the code: table1.py's plan
+# constants and model size, gpu_check.py's Qwen2.5-7B shapes, fgrpo.py's defaults and check_gpus
+PAPER_RUN = (TABLE1, GPU_CHECK, FLAGS, "fgrpo.py")
+CARDS_GB = (80, 141)  # an H100's and an H200's memory, as NVIDIA's data sheets name the cards
+CUDA_CONTEXT_GB = 3  # "a few GB of CUDA context", as the page's formula says it
+
+
+def _files(entry):
+    return entry.file if isinstance(entry.file, tuple) else (entry.file,)
+
+
+def _load(name, root=ROOT):
+    """A source: a results file's JSON, a TOML file, a file's text ("text:PATH"), or the code: a
+    module (its constants, the paper's tables among them), the flags' defaults, what --plan
+    prints, this file."""
+    if name.endswith(".json"):
+        return json.loads((root / name).read_text())
+    if name.endswith(".toml"):
+        return tomllib.loads((root / name).read_text())
+    if name.startswith("text:"):
+        return (root / name.removeprefix("text:")).read_text()
+    if name in (FLAGS, EVAL_FLAGS):  # {"--grace": 30.0, ...}
+        parser = (fgrpo if name == FLAGS else evaluator).build_parser()
+        return {s: a.default for a in parser._actions for s in a.option_strings}
+    if name == THIS:
+        return sys.modules[__name__]
+    if name == PLAN:  # experiments/table1.py --plan's estimate, printed
+        table1 = _load(TABLE1)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            table1.main(["--plan", "--work", str(ROOT / "runs" / "no-such-campaign")])
+        return printed.getvalue()
+    module = importlib.util.spec_from_file_location(Path(name).stem, ROOT / name)
+    loaded = importlib.util.module_from_spec(module)
+    saved = list(sys.path)
+    sys.path.insert(0, str((ROOT / name).parent))  # its own folder first, as when it runs
+    try:
+        module.loader.exec_module(loaded)
+    finally:
+        sys.path[:] = saved
+    return loaded
+
+
+def source_of(code, pattern, function=None):
+    """The first group of `pattern` in a module's source (or one of its functions')."""
+    return re.search(pattern, inspect.getsource(function or code))[1]
+
+
+def tiny_shape(code):  # build_tiny's layers and vocabulary: its specials, characters and merges
+    chars = ast.literal_eval(source_of(code, r'\*("(?:[^"\\]|\\.)*")\]', code.build_tiny))
+    layers = source_of(code, r"num_hidden_layers=(\d+)", code.build_tiny)
+    return layers, len(["<pad>", "<eos>"]) + len(chars) + len(code.TINY_MERGES)
+
+
+def sci(x):  # 3e-05 as the docs write it: 3e-5
+    mantissa, exponent = f"{x:e}".split("e")
+    return f"{float(mantissa):g}e{int(exponent)}"
+
+
+def hf_limit(code):  # the parameters above which --rollout hf is refused on GPUs
+    return sci(float(source_of(code, r'args\.rollout == "hf" and params > ([\d.e]+)')))
+
+
+def demo_gamma(makefile, code):  # make demo's --gamma, the largest of the paper's
+    gamma = float(re.search(r"fgrpo\.py --model tiny .*--gamma (\S+)", makefile)[1])
+    assert gamma == max(code.PAPER_GAMMA.values())
+    return gamma
 
 
 def peer_gap(gap):  # a peer's gap to F-DAPO as the README's table prints it
     if gap is None:
         return "no seed matched"
     return f"{gap['mean']:+.3f} [{gap['lo']:+.3f}, {gap['hi']:+.3f}]"
-TWO = "experiments/results/two_strategy.json"
-TINY = "experiments/results/table1_tiny.json"
-CAT_LR3 = "experiments/results/categorical_adamw_lr0.001.json"
-CAT_LR2 = "experiments/results/categorical_adamw_lr0.01_sgd_lr5000.json"
-CI3 = "{:+.3f} [{:+.3f}, {:+.3f}]"  # a paired summary, mean [95% t interval]
-DEMO = "docs/demo_output.json"  # make demo's output, as the README shows it
-PROTOCOL = "experiments/see_it_happen_protocol.toml"
-FLAGS = "fgrpo.py's flags"  # their defaults
-PLAN = "experiments/table1.py --plan"  # its printed estimate
-SEEN = "experiments/results/see_it_happen_confirmation.json"  # seeds 10-19, the protocol's
-SHAPED = "experiments/results/see_it_happen_exploration.json"  # seeds 0-9
-
-
-class Figure(NamedTuple):
-    page: str  # README.md or docs/NAME.md
-    text: str  # as printed, a {} (with its format) where each figure stands
-    file: str  # the results file, from the repository's root (or a tuple of them)
-    read: Callable  # the file's JSON (each file's) -> the figures, in the order of the {}s
 
 
 def at(*paths):
@@ -309,24 +500,15 @@ def at(*paths):
     return lambda data: tuple(get(data, path) for path in paths)
 
 
-# ---------------------------------------------------------------- readers of the files' parts
-def bench_row(i, fmt_met=lambda met: {True: "yes", False: "**no**", None: "-"}[met]):
-    """bench/results.json's row i: ours, alternative, ratio, target, met, as the table shows."""
-    return lambda d: (*at(f"rows/{i}/ours", f"rows/{i}/alternative", f"rows/{i}/ratio")(d),
-                      d["rows"][i]["target"] or "-", fmt_met(d["rows"][i]["met"]))
-
-
-def parity(select):
-    """The largest value and gradient differences of the parity rows `select` picks, and whether
-    every one is equal, as integrations.md's table shows them."""
+def bench_row(i):
+    """bench/results.json's row i as verification.md's table shows it: a rollout's sizes, ours,
+    the alternative, their ratio, and the target where there is one (missed, where missed)."""
     def read(d):
-        rows = [r for r in d["rows"] if select(r)]
-        assert rows
-        grads = [r["grad_diff"] for r in rows if r["grad_diff"] is not None]
-        equal = {r["equal"] for r in rows}
-        assert len(equal) == 1
-        return (max(r["value_diff"] for r in rows), *([max(grads)] if grads else []),
-                "yes" if equal.pop() else "no")
+        row = d["rows"][i]
+        sizes = re.findall(r"rollout (\d+)x(\d+)", row["measurement"])
+        target = [row["target"] + ", **missed**" * (row["met"] is False)] if row["target"] else []
+        return (*(int(x) for x in (sizes[0] if sizes else ())), row["ours"], row["alternative"],
+                row["ratio"], *target)
     return read
 
 
@@ -360,15 +542,6 @@ def paper_m(ev):  # eval.py's default m of --test subsampling at its default n (
         return ev.subsample_size(SimpleNamespace(m=None, test="subsampling"), n), n
 
 
-def calibration_row(n, test, setting, ks, band, last_band):
-    """eval.md's cells of one row: the share at each of ks, then at the largest k."""
-    def read(d):
-        row = calibration(d, n, test, setting)
-        return (*(shown(row, k, band) for k in ks), row["k"][-1],
-                shown(row, row["k"][-1], last_band))
-    return read
-
-
 def shares(test, setting, key="measured", k=None):
     """Every n's shares (every k, or at k alone) of one test and setting, in %."""
     return lambda d: [100 * x for r in d["results"] if (r["test"], r["setting"]) == (test, setting)
@@ -398,21 +571,8 @@ def m_ret(optim, n, gamma, what="m_ret"):
     return read
 
 
-def m_ret_row(n):  # a row of why-focal.md's App. J table: lr 1e-2 then lr 1e-3, gamma 0 then 1
-    return Figure("docs/why-focal.md", f"| {n} |" + " {:.3f} +- {:.3f} |" * 4, (CAT_LR2, CAT_LR3),
-                  lambda *runs: tuple(x for d in runs for g in (0.0, 1.0)
-                                      for x in m_ret("adamw", n, g)(d)))
-
-
 def weights(table, gamma, p, ns):  # two_strategy.json's w_N / limit at each N
     return at(*(f"derivation/{table}/{gamma}/{p}/{n}" for n in ns))
-
-
-def clip(kind, gamma, logit):  # two_strategy.json: a logit's expected update, unclipped, clipped
-    def read(d):
-        row = next(c for c in d["derivation"]["clip"] if (c["kind"], c["gamma"]) == (kind, gamma))
-        return row["unclipped"][logit], row["clipped"][logit]
-    return read
 
 
 def monte_carlo_z(d):  # the largest |Monte Carlo - prediction| / se over every check and logit
@@ -433,16 +593,6 @@ def seen_ci(*path):  # its paired summary at path: mean, lo, hi
     return lambda d: tuple(seen(*path, x)(d) for x in ("mean", "lo", "hi"))
 
 
-def seen_focal_row(k):  # why-focal.md's table row at k: N 8, exact, N 8 minus exact
-    return lambda d: (*seen_ci("frontier", "1/8", f"pass@{k}", "gap")(d),
-                      *seen_ci("frontier", "1/exact", f"pass@{k}", "gap")(d),
-                      *seen_ci("n_minus_exact", "1", f"pass@{k}")(d))
-
-
-SEEN_KS = (2, 4, 8, 16, 32, 64, 128, 256)  # the k past 1 of every see_it_happen result
-WORDS = ("none", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
-
-
 def seen_ks(keep, *path):  # the first and last k whose paired summaries at path/pass@k keep holds
     def read(d):
         ks = [k for k in SEEN_KS if keep(seen(*path, f"pass@{k}")(d))]
@@ -455,20 +605,6 @@ def seen_arms(key, *arms):  # the value at key of each arm of the summary's "Eve
     return lambda d: [seen("arms", arm, key)(d) for arm in arms]
 
 
-def seen_above(d):  # why-focal.md: where F at N 8 is above DAPO, on seeds and on levels
-    n = seen("frontier", "1/8", "pass@16", "gap", "n")(d)
-    by_k = {k: seen("frontier", "1/8", f"pass@{k}")(d) for k in SEEN_KS}
-    return (*seen_ks(lambda c: c["gap"]["lo"] > 0, "frontier", "1/8")(d), n, n,
-            *seen_ks(lambda c: c["gap"]["positive"] == n, "frontier", "1/8")(d),
-            *sorted(sorted(SEEN_KS, key=lambda k: -by_k[k]["gap"]["mean"])[:2]),
-            *seen_ks(lambda c: all(s["lo"] > 0 for s in c["by_level"]), "frontier", "1/8")(d),
-            WORDS[sum(s["lo"] <= 0 for s in by_k[64]["by_level"])])
-
-
-def tiny_pass256(d):  # table1_tiny.json: pass@256 (%) of the base model and every run
-    return [100 * r["mean"]["math_avg"]["256"] for r in d["runs"].values()]
-
-
 def demo_line(start):  # the line of make demo's output that starts so
     return lambda d: next(line for line in d["stdout"] if line.startswith(start))
 
@@ -477,13 +613,15 @@ def demo_summary(d):  # the README's reading of the demo's output: reward and he
     base, after = (demo_line(f"| {m} |")(d).split(" | ")[1].split("/")
                    for m in ("runs/demo/tiny_seed0/model", "runs/demo/step_000150"))
     rewards = [float(demo_line(f"step {k}/150 ")(d).split()[3]) for k in (1, 150)]
-    return (*rewards, base[0], after[0], base[1], after[1], d["wall_s"], d["commit"])
+    return (*rewards, base[0], after[0], base[1], after[1], d["wall_s"], d["commit"],
+            d["machine"])
 
 
-def paper_run(table1):  # the paper's run by table1.py's constants: minutes, hours, disk
-    steps = 10 * table1.DEEPSCALER // 256
+def paper_run(table1, flags):  # the paper's run by table1.py's constants: minutes, hours, disk
+    steps = flags["--epochs"] * table1.DEEPSCALER // flags["--prompts"]
     hours = [steps * minutes / 60 for minutes in table1.PLAN_STEP_MIN]
-    return (*table1.PLAN_STEP_MIN, *hours, *(table1.PLAN_GPUS * h for h in hours), steps,
+    return (table1.PLAN_GPUS, *table1.PLAN_STEP_MIN, table1.PLAN_GPUS, *hours,
+            *(table1.PLAN_GPUS * h for h in hours), steps, flags["--epochs"],
             table1.PLAN_CKPT_BYTES * table1.PLAN_PARAMS_B)
 
 
@@ -492,18 +630,6 @@ def plan_estimate(printed):  # --plan's GPU-hours (to hundreds), days and disk, 
     return (*(round(int(h.replace(",", "")), -2) for h in hours),
             *re.search(r"~(\d+)-(\d+) days", printed).groups(),
             *re.search(r"~(\d+) GB of disk \(~(\d+) GB more", printed).groups())
-
-
-def plan_evaluation(table1):  # table1.py's estimate of one evaluation of the six math benchmarks
-    args = SimpleNamespace(params_b=None, model="Qwen/Qwen2.5-7B", eval_flags="")
-    cost = table1.estimate(SimpleNamespace(kind="eval"), args)
-    problems = sum(table1.BENCH_SIZES[name] for name in table1.SIX_MATH.split(","))
-    n = evaluator.build_parser().get_default("n")
-    return (problems, n, *cost.gpu_hours, cost.disk_gb,
-            cost.disk_gb * 1e9 / (problems * n * table1.PLAN_TOKENS[1]))
-
-
-GPU_CHECK = "checks/gpu_check.py"
 
 
 def gpu_plan_minutes(g):  # gpu_check.py's plan in minutes, without vLLM and with its starts
@@ -528,19 +654,10 @@ def collective_hours(code):  # how long a collective of fgrpo.train waits
     return int(re.search(r"timedelta\(hours=(\d+)\)", inspect.getsource(code))[1])
 
 
-# docs/paper-run.md's memory and time plan for Qwen2.5-7B, redone from the code: table1.py's plan
-# constants and model size, gpu_check.py's Qwen2.5-7B shapes, fgrpo.py's defaults and check_gpus
-PAPER_RUN = ("experiments/table1.py", GPU_CHECK, FLAGS, "fgrpo.py")
-CARDS_GB = (80, 141)  # an H100's and an H200's memory, as NVIDIA's data sheets name the cards
-CUDA_CONTEXT_GB = 3  # "a few GB of CUDA context", as the page's formula says it
-
-
-def saves(steps, minutes_a_step, every, save_minutes):  # checkpoints --save-* write in a run
-    count, last = 0, 0
-    for step in range(1, steps + 1):
-        if step % every == 0 or step == steps or (step - last) * minutes_a_step >= save_minutes:
-            count, last = count + 1, step
-    return count
+def peer_gap(gap):  # a peer's gap to F-DAPO as the README's table prints it
+    if gap is None:
+        return "no seed matched"
+    return f"{gap['mean']:+.3f} [{gap['lo']:+.3f}, {gap['hi']:+.3f}]"
 
 
 def paper_sizes(table1, gpu_check, flags, code):  # bytes, minutes and counts, by name
@@ -568,10 +685,6 @@ def paper_sizes(table1, gpu_check, flags, code):  # bytes, minutes and counts, b
     s["rollout"] = [s["completions"] * n / rate / 60
                     for n, rate in zip(table1.PLAN_TOKENS, reversed(table1.PLAN_DECODE))]
     s["hours"] = [steps * minutes / 60 for minutes in table1.PLAN_STEP_MIN]
-    s["saves"] = [saves(steps, m, flags["--save-every"], flags["--save-minutes"])
-                  for m in table1.PLAN_STEP_MIN]
-    s["every_50th"] = saves(steps, 1, flags["--save-every"], 100000)  # --save-minutes 100000
-    s["disk_tb"] = [(n * s["fp32"] + s["optimizer"]) / 1e3 for n in (*s["saves"], s["every_50th"])]
     return s
 
 
@@ -585,648 +698,524 @@ def sized(read):  # a reader of PAPER_RUN's sources through paper_sizes: read(si
     return lambda t1, gc, flags, code: read(paper_sizes(t1, gc, flags, code), t1, flags)
 
 
-W8 = (2, 4, 8, 16, 64)
-FIGURES = [
-    # ------------------------------------------------ README.md: make demo's output, the code
-    *(Figure("README.md", "{}", DEMO, demo_line(f"step {k}/150 ")) for k in (1, 2, 50, 150)),
-    *(Figure("README.md", "{}", DEMO, demo_line(f"| {m} |"))
+def plan_evaluation(table1):  # table1.py's estimate of one evaluation of the six math benchmarks
+    args = SimpleNamespace(params_b=None, model="Qwen/Qwen2.5-7B", eval_flags="")
+    cost = table1.estimate(SimpleNamespace(kind="eval"), args)
+    problems = sum(table1.BENCH_SIZES[name] for name in table1.SIX_MATH.split(","))
+    n = evaluator.build_parser().get_default("n")
+    return (problems, n, *cost.gpu_hours, cost.disk_gb,
+            cost.disk_gb * 1e9 / (problems * n * table1.PLAN_TOKENS[1]))
+
+def seed_range(d):  # a see_it_happen result's first and last seed
+    return d["seeds"][0]["seed"], d["seeds"][-1]["seed"]
+
+
+def first_digit_mass(d):  # the base model's mass on the first digit, mean over seeds and prompts
+    return statistics.fmean(statistics.fmean(s["base"]["rare/tie"]["first"]) for s in d["seeds"])
+
+
+def halved(d):  # w_8 / its limit at gamma 0, for nearly unsolved and nearly solved prompts
+    low, high = (weights("weight_ratio", 0, p, [8])(d)[0] for p in (0.05, 0.95))
+    assert f"{low:.2f}" == f"{high:.2f}" and abs(low - 0.5) < 0.01, (low, high)  # "halves"
+    return 8, "halves", low, 0.05, 0.95
+
+
+def n_minus_exact(d):  # N 8 minus the exact update, both F gammas, AdamW, tie mix; intervals hold 0
+    runs = [d["runs"]["adamw"]["mixes"]["tie"]["difference"][g] for g in ("0.5", "1")]
+    assert all(r["lo"] <= 0 <= r["hi"] for r in runs)
+    return (d["config"]["n"], *sorted(r["mean"] for r in runs))
+
+
+def above_dapo(d):  # where F at N 8 is above DAPO: on average, on every seed, most, and not
+    n = seen("frontier", "1/8", "pass@16", "gap", "n")(d)
+    by_k = {k: seen("frontier", "1/8", f"pass@{k}")(d) for k in SEEN_KS}
+    low, high = seen_ks(lambda c: c["gap"]["lo"] > 0, "frontier", "1/8")(d)
+    return (8, low, high, n, n, *seen_ks(lambda c: c["gap"]["positive"] == n, "frontier", "1/8")(d),
+            *sorted(sorted(SEEN_KS, key=lambda k: -by_k[k]["gap"]["mean"])[:2]),
+            *(k for k in SEEN_KS if k > high))
+
+
+def sharpening(d, protocol):  # section 6's bullet on the rare strategy's loss, lr 3e-5, N 8
+    lr = protocol["design"]["lrs"][0]
+    arm = f"dapo_g{{}}_lr{lr:g}_n8".format
+    dapo, focal = (seen("arms", arm(g))(d) for g in (0, 1))
+    return (sci(lr), 8, seen("base", "pass@1", 0)(d), dapo["pass@1"], dapo["rare share"],
+            seen("constants", "lost")(d), dapo["rare lost"], focal["pass@1"], focal["rare share"],
+            focal["rare lost"], *seen("frontier", "1/8", "rare lost", "medians_by_level", 0)(d),
+            *seen("frontier", "1/8", "rare lost", "medians_by_level", -1)(d),
+            *seen_ci("frontier", "1/8", "rare lost", "gap")(d))
+
+
+def longer_runs(d, protocol):  # the ceiling runs: steps against the grid's, their seeds, the tops
+    ratio = protocol["ceilings"]["steps"] / protocol["design"]["steps"]
+    first = d["seeds"][0]["seed"]
+    return ({2: "twice"}[ratio], protocol["ceilings"]["steps"], first,
+            first + protocol["ceilings"]["seeds"] - 1,
+            seen("ceilings", "means", "1/8", "pass@1")(d),
+            seen("ceilings", "means", "0/8", "pass@1")(d),
+            *seen_ci("ceilings", "1/8 minus base", "pass@1")(d))
+
+
+def lowest_and_ahead(d):  # lr 1e-3: the N of the least M_ret at gamma 0; gamma 1 ahead below N
+    means = {(n, g): m_ret("adamw", n, g)(d)[0] for n in d["settings"]["n"] for g in (0.0, 1.0)}
+    ns = d["settings"]["n"]
+    full = min(n for n in ns if f"{means[(n, 0.0)]:.3f}" == f"{means[(n, 1.0)]:.3f}" == "1.000")
+    assert all(means[(n, 1.0)] > means[(n, 0.0)] for n in ns if n < full)
+    return min(ns, key=lambda n: means[(n, 0.0)]), 1, full, 1
+
+
+def anchor_takes_all(d):  # lr 1e-2, gamma 0: from which N the anchor holds nearly all the mass
+    ns = d["settings"]["n"]
+    kept = {n: m_ret("adamw", n, 0.0)(d)[0] for n in ns}
+    start = min(n for n in ns if all(kept[m] < 0.05 for m in ns if m >= n))
+    big = [n for n in ns if n >= start]
+    return (start, *lowest_highest(lambda d: [kept[n] for n in big])(d),
+            *lowest_highest(lambda d: [m_ret("adamw", n, 0.0, "correct_mass")(d)[0]
+                                       for n in big])(d))
+
+
+
+# ---------------------------------------------------------------- NUMBERS: each page's entries
+README = [
+    Declared("`gamma = 0` is the base algorithm exactly", FORMULA),
+    Figure("`fgrpo.group_advantages(rewards)` defaults to gamma {:g}", "fgrpo.py",
+           lambda m: inspect.signature(m.group_advantages).parameters["gamma"].default),
+    Figure("**GRPO {:.1f}, DAPO {:.1f}, CISPO {:.1f}**", "fgrpo.py",
+           lambda m: tuple(m.PAPER_GAMMA[a] for a in ("grpo", "dapo", "cispo"))),
+    Figure("The demo and the headline command below pass `--gamma {:g}`, the strongest of them.",
+           ("text:Makefile", "fgrpo.py"), demo_gamma),
+    Figure("a {}-layer Qwen2-architecture model (a real `Qwen2Tokenizer` over a {}-token "
+           "vocabulary)", "fgrpo.py", tiny_shape),
+    Declared("`max(3,9,1,4,7)=` -> `\\boxed{9}`", EXAMPLE),
+    Figure("then eval.py on {} held-out problems", "fgrpo.py",
+           lambda m: source_of(m, r"not in digits\]\[:(\d+)\]", m.build_tiny)),
+    *(Figure("{}", DEMO, demo_line(f"step {k}/150 ")) for k in (1, 2, 50, 150)),
+    *(Figure("{}", DEMO, demo_line(f"| {m} |"))
       for m in ("runs/demo/tiny_seed0/model", "runs/demo/step_000150")),
-    Figure("README.md", "In 150 steps the reward goes from {:.2f} to {:.2f}, and held-out pass@1 "
-           "from {} to {} (pass@8: {} to {}); `make demo` took {} s on 2 shared cores at commit "
-           "{}.", DEMO, demo_summary),
-    Figure("README.md", "about {}-{} minutes a step on 8 H100s, so {:.0f}-{:.0f} hours, {:.0f}-"
-           "{:,.0f} GPU-hours, for the {:,} steps of 10 epochs; {:.0f} GB of disk",
-           "experiments/table1.py", paper_run),
-    Figure("README.md", "{:,}-{:,} GPU-hours for the six trainings and seven evaluations, **about "
-           "{}-{} days on one 8-GPU node**; about {} GB of disk, {} GB more", PLAN, plan_estimate),
-    Figure("README.md", "| " + " | ".join(["{} / {}"] * 6) + " |", "experiments/table1.py",
+    Figure("# after {} steps", "fgrpo.py", lambda m: m.TINY["steps"]),
+    Figure("The reward goes from {:.2f} to {:.2f}, and held-out pass@1 from {} to {} (pass@8: {} "
+           "to {}). That run took {} s at commit {}, on {}.", DEMO, demo_summary),
+    Figure("in a plan of {:.0f} minutes ({:.0f} with vLLM)", GPU_CHECK, gpu_plan_minutes),
+    Figure("a node of {} GPUs (the paper used 16 H100s, App. L); about {}-{} minutes a step on {} "
+           "H100s, so {:.0f}-{:.0f} hours, {:.0f}-{:,.0f} GPU-hours, for the {:,} steps of {} "
+           "epochs; {:.0f} GB of disk", (TABLE1, FLAGS), paper_run),
+    Declared("the paper used 16 H100s", paper("App. L")),
+    Declared("(Table 1, Qwen2.5-7B, N = 8)", paper("Table 1")),
+    Figure("| " + " | ".join(["{} / {}"] * 6) + " |", TABLE1,
            lambda t: tuple(x for run in ("grpo", "f-grpo", "dapo", "f-dapo", "cispo", "f-cispo")
                            for x in t.PAPER[run])),
-    Figure("README.md", "**GRPO {:.1f}, DAPO {:.1f}, CISPO {:.1f}**", "fgrpo.py",
-           lambda m: tuple(m.PAPER_GAMMA[a] for a in ("grpo", "dapo", "cispo"))),
-    Figure("README.md", "in a plan of {:.0f} minutes ({:.0f} with vLLM)", GPU_CHECK,
-           gpu_plan_minutes),
-    Figure("README.md", "Both are accepted on {:.0%} of the problems, only the last on {:.0%}, "
-           "only the first on {:.0%}", PROTOCOL,
-           at("mixes/tie/both", "mixes/tie/rare", "mixes/tie/common")),
-    Figure("README.md", "the confirmation: {:.0f} h on 2 cores", SEEN,
-           lambda d: d["times"]["wall_s"] / 3600),
-
-    # ------------------------------------------------ docs/bench.md: make bench's table
-    Figure("docs/bench.md", "(AMD EPYC, {:.1f} GB), torch {}, in a fresh clone and virtual "
-           "environment at commit {}", BENCH, lambda d: (
-               d["machine"]["memory_gb"], d["machine"]["versions"]["torch"],
-               d["machine"]["commit"].split("+")[0])),
-    Figure("docs/bench.md", "| log-probs 4 x 1024, vocab 151,936: peak memory | {:,.0f} MB | "
-           "{:,.0f} MB | {:.3f} | {} | {} |", BENCH, bench_row(0)),
-    Figure("docs/bench.md", "| log-probs 4 x 1024: forward + backward time | {:.1f} s | {:.1f} s "
-           "| {:.2f} | {} | {} |", BENCH, bench_row(1)),
-    Figure("docs/bench.md", "| verify 200 x 256 against verl's reward called serially | {:,.0f} /s "
-           "| {:,.0f} /s | {:.2f} | {} | {} |", BENCH, bench_row(2)),
-    Figure("docs/bench.md", "| training step vs TRL GRPOTrainer: wall time | {:.3f} s/step | "
-           "{:.3f} s/step | {:.3f} | {} | {} |", BENCH, bench_row(3)),
-    Figure("docs/bench.md", "| training step vs TRL GRPOTrainer: peak memory | {:.1f} MB | "
-           "{:.1f} MB | {:.2f} | {} | {} |", BENCH, bench_row(4)),
-    Figure("docs/bench.md", "| rollout 32 x 8, demo model, 6 new tokens: vLLM vs generate() | "
-           "{:,.0f} tok/s | {:,.0f} tok/s | {:.3f} | {} | {} |", BENCH, bench_row(5)),
-    Figure("docs/bench.md", "| rollout 256 x 8, demo model, 6 new tokens | {:,.0f} tok/s | "
-           "{:,.0f} tok/s | {:.3f} | {} | {} |", BENCH, bench_row(6)),
-    Figure("docs/bench.md", "| rollout 8 x 8, random-init tiny, <= 256 new tokens | {:,.0f} tok/s "
-           "| {:,.0f} tok/s | {:.2f} | {} | {} |", BENCH, bench_row(7)),
-    Figure("docs/bench.md", "| rollout 32 x 8, random-init tiny, <= 256 new tokens | {:,.0f} "
-           "tok/s | {:,.0f} tok/s | {:.2f} | {} | {} |", BENCH, bench_row(8)),
-    Figure("docs/bench.md", "response-only logits | {:.1f} s | {:.1f} s | {:.3f} | {} | {} |",
-           BENCH, bench_row(9)),
-    Figure("docs/bench.md", "The table's commit is `{}` in `bench/results.json`", BENCH,
-           at("machine/commit")),
-    # ... and its rows' reading
-    Figure("docs/bench.md", "so {:,} of the {:,} (completion, gold) pairs are distinct", BENCH,
-           at("raw/verify/distinct_pairs", "raw/verify/completions")),
-    Figure("docs/bench.md", "The time ratio was 0.994 at commit 25a3776 and is {:.2f} at 561a9ef",
-           BENCH, at("rows/1/ratio")),
-    Figure("docs/bench.md", "On the demo's 6-token answers vLLM is about {:.1f}x slower", BENCH,
-           lambda d: 1 / d["rows"][5]["ratio"]),
-    Figure("docs/bench.md", "On the demo's 6-token answers vLLM is about {:.1f}x slower", BENCH,
-           lambda d: 1 / d["rows"][6]["ratio"]),
-    Figure("docs/bench.md", "it wins, {:.2f}x at 8 prompts x 8 and {:.1f}x at 32 x 8", BENCH,
-           at("rows/7/ratio", "rows/8/ratio")),
-    Figure("docs/bench.md", "drawn with Zipf weights; {:.0%} long-tail answers; {:.0%} without "
-           "`\\boxed{{}}`)", "bench/verify.py", lambda m: (m.TAIL, m.NO_BOX)),
-    Figure("docs/bench.md", "the row measures the workers alone, and {} workers on {} cores can "
-           "give at most {}x", BENCH, lambda d: (d["machine"]["usable_cores"],) * 3),
-    Figure("docs/bench.md", "far more than in a 7B (about {:.0%} of its forward FLOPs)",
-           "checks/gpu_check.py", lambda g: g.QWEN25_7B["vocab_size"] * g.QWEN25_7B["hidden_size"]
-           / g.QWEN25_7B_PARAMS),
-    Figure("docs/bench.md", "{:.1%} of the forwards' positions are padding against {:.1%}", BENCH,
-           at("raw/lengths/fgrpo/0/pad_frac", "raw/lengths/plain/0/pad_frac")),
-    # ------------------------------------------------ docs/gpu-check.md: gpu_check.py's constants
-    Figure("docs/gpu-check.md", "in a plan of {:.0f} minutes ({:.0f} with vLLM) counted from the "
-           "process's start", GPU_CHECK, gpu_plan_minutes),
-    Figure("docs/gpu-check.md", "# without vLLM: {:.0f} minutes at most", GPU_CHECK,
-           lambda g: gpu_plan_minutes(g)[0]),
-    Figure("docs/gpu-check.md", "on a CPU one stand-in GPU of {} GiB", GPU_CHECK,
-           lambda g: g.STAND_IN_GIB),
-    Figure("docs/gpu-check.md", "its {:,} parameters (counted by hand) x {} bytes over the GPUs",
-           (GPU_CHECK, "fgrpo.py"), lambda g, code: (g.QWEN25_7B_PARAMS, check_gpus_bytes(code))),
-    Figure("docs/gpu-check.md", "the {} bytes a parameter are a plan, not measured", "fgrpo.py",
-           check_gpus_bytes),
-    Figure("docs/gpu-check.md", "the disk its checkpoints need ({} bytes a parameter, {:.0f} GB "
-           "for the 7B, two at a time during a save)", GPU_CHECK, command_checkpoint),
-    Figure("docs/gpu-check.md", "sized for about {} minutes with the 7B on 8 H100s (never "
-           "measured)", GPU_CHECK, command_minutes),
-    Figure("docs/gpu-check.md", "waits {} s at most (`LOOP_COLLECTIVE_S`; fgrpo.train's own waits "
-           "{} hours)", (GPU_CHECK, "fgrpo.py"),
-           lambda g, code: (g.LOOP_COLLECTIVE_S, collective_hours(code))),
-    Figure("docs/gpu-check.md", "`GRACE_S` ({} s) later", GPU_CHECK, lambda g: g.GRACE_S),
-    # ... and its time plan's table
-    *(Figure("docs/gpu-check.md", f"| {name} | {{}} s |", GPU_CHECK,
-             lambda g, n=name: g.PLAN_S[n])
-      for name in ("setup", "logprobs", "train", "rollout", "memory", "loop")),
-    Figure("docs/gpu-check.md", "| (rollout, vLLM) | +{} s |", GPU_CHECK,
-           lambda g: g.VLLM_START_S),
-    Figure("docs/gpu-check.md", "| (loop, vLLM) | +{} s |", GPU_CHECK, lambda g: g.VLLM_LOOP_S),
-    Figure("docs/gpu-check.md", "| total | {:.0f} s | {:.0f} s with vLLM", GPU_CHECK,
-           lambda g: tuple(60 * m for m in gpu_plan_minutes(g))),
-    Figure("docs/gpu-check.md", "| command (on its own) | {} s |", GPU_CHECK,
-           lambda g: g.COMMAND_S),
-    Figure("docs/gpu-check.md", "passes over {:,} tokens; the plain side's {:.0f} GB of fp32 "
-           "logits", GPU_CHECK, lambda g: (math.prod(g.SIZES["full"]["lp"]),
-                                           math.prod(g.SIZES["full"]["lp"]) * g.VOCAB * 4 / 1e9)),
-    Figure("docs/gpu-check.md", "{} saves of {:.0f} GB |", GPU_CHECK,
-           lambda g: (g.COMMAND_STEPS, command_checkpoint(g)[1])),
-    Figure("docs/gpu-check.md", "the paper's but {} steps of {} prompts a GPU, up to {:,} new "
-           "tokens", GPU_CHECK, lambda g: (g.COMMAND_STEPS, *at(
-               "prompts_per_rank", "max_new_tokens")(g.COMMAND_SIZES["full"]))),
-    # ------------------------------------------------ docs/verification.md: verify's own run
-    Figure("docs/verification.md", "at commit {} on 2 idle Intel Xeon cores, 16 a message gave "
-           "{:.2f}x of verl's serial reward", VERIFY,
-           lambda d: (d["machine"]["commit"].split("+")[0], d["rows"][0]["ratio"])),
-    Figure("docs/verification.md", "(`timeout`, {:g} s by default", "fgrpo.py",
-           lambda m: inspect.signature(m.verify).parameters["timeout"].default),
-    # ------------------------------------------------ README.md: the peers' verdicts
-    Figure("README.md", "at pass@{} at matched pass@1, Holm-adjusted over the peers: {}.", PEERS,
+    Declared("`--gamma 0` for the base runs", FORMULA),
+    Figure("{:,}-{:,} GPU-hours for the trainings and evaluations, **about {}-{} days on a node of "
+           "{} GPUs**; about {} GB of disk, {} GB more", (PLAN, TABLE1),
+           lambda printed, t: (*plan_estimate(printed)[:4], t.PLAN_GPUS,
+                               *plan_estimate(printed)[4:])),
+    Declared("at gamma 0 each equals the plain trainer", FORMULA),
+    Declared("Pass `correct=` (0/1)", FORMULA),
+    Figure("F (gamma {:g})", PROTOCOL, lambda d: d["design"]["gammas"][-1]),
+    Figure("a model over {} parameters is refused", "fgrpo.py", hf_limit),
+    Figure("`python fgrpo.py --model tiny --algo dapo --gamma {:g} --out runs/demo`",
+           ("text:Makefile", "fgrpo.py"), demo_gamma),
+]
+# the peers' reading, in the README and docs/why-focal.md's section 8: a group of its own
+PEERS_README = [
+    Figure("against {} methods built for pass@k", PEERS_PROTOCOL,
+           lambda d: WORDS[sum("peer" in arm for arm in d["arms"].values())]),
+    Figure("adapted to groups of {}", PEERS_PROTOCOL, lambda d: d["design"]["n"]),
+    Figure("at pass@{} at matched pass@1, Holm-adjusted over the peers: {}.", PEERS,
            lambda d: (d["summary"]["headline_k"], "; ".join(
                f"{peer}: {r['verdict']}" for peer, r in d["summary"]["primary"].items()))),
-    *(Figure("README.md", "| " + peer + " | {} | {:.3f} | {} |", PEERS, lambda d, peer=peer: (
+    Figure("shows its gain (seeds {}-{})", SHAPED,
+           lambda d: (d["seeds"][0]["seed"], d["seeds"][-1]["seed"])),
+    Declared("Mean [95% t interval]", FORMULA),
+    Figure("over seeds {}-{}", PEERS_PROTOCOL,
+           lambda d: (d["seeds"]["all"][0], sum(d["seeds"]["all"]) - 1)),
+    *(Figure("| " + peer + " | {} | {:.3f} | {} |", PEERS, lambda d, peer=peer: (
         peer_gap(d["summary"]["primary"][peer]["gap"]), d["summary"]["top_pass1"][peer]["mean"],
         d["summary"]["primary"][peer]["verdict"]))
       for peer in ("pkpo", "passk_training", "unlikeliness", "w_reinforce", "maxrl", "darling")),
-    Figure("README.md", "| f_dapo | (itself) | {:.3f} |", PEERS,
+    Figure("| f_dapo | (itself) | {:.3f} |", PEERS,
            lambda d: d["summary"]["top_pass1"]["f_dapo"]["mean"]),
-    # ------------------------------------------------ docs/verified-where.md
-    Figure("docs/verified-where.md", "| pytest {:.0f} s (the unchanged copy", MUTATION,
-           lambda d: float(re.search(r" in ([\d.]+)s ", d["baseline"]["detail"]).group(1))),
-    Figure("docs/verified-where.md", "| {} of {} caught, {} timed out", MUTATION, lambda d: (
+]
+CONTRIBUTING = [
+    Figure("at most {} characters in every tracked .py file, the Makefile and the docs; none over "
+           "{} lines in a function; `fgrpo.py` at most {:,} lines and `eval.py` at most {} "
+           "lines; the README at most {:,} words and {} lines, and the docs together at most {:,} "
+           "words", THIS,
+           lambda t: (t.LINE_LIMIT, t.FUNCTION_LIMIT, *t.FILE_LIMITS.values(),
+                      t.WORD_LIMITS["README.md"], t.README_LINES, t.WORD_LIMITS["docs"])),
+    Figure("pytest {:.0f} s in the unchanged copy", MUTATION,
+           lambda d: float(re.search(r" in ([\d.]+)s ", d["baseline"]["detail"])[1])),
+    Figure("(planted bugs caught: {} of {}, {} timed out", MUTATION, lambda d: (
         sum(m["status"] == "caught" for m in d["mutants"]), len(d["mutants"]),
         sum(m["status"] == "TIMEOUT" for m in d["mutants"]))),
-    Figure("docs/verified-where.md", "| {} of {} rows as expected", PARITY, lambda d: (
+    Figure("({} of {} rows as expected", PARITY, lambda d: (
         sum(r["equal"] == r["expect_equal"] for r in d["rows"]), len(d["rows"]))),
-    # ------------------------------------------------ docs/integrations.md: the parity table
-    Figure("docs/integrations.md", "norm_adv_by_std_in_grpo True | 0 | {:.3g} | {} |", PARITY,
-           parity(lambda r: r["quantity"] == "advantages" and r["peer"].startswith("verl"))),
-    Figure("docs/integrations.md", "| `group_advantages` | TRL's formula with its nanstd | "
-           "scale_rewards 'group' (std + 1e-4) | 0 | {:.3g} | {} |", PARITY,
-           parity(lambda r: r["quantity"] == "advantages" and r["peer"].startswith("TRL"))),
-    Figure("docs/integrations.md", "| `group_advantages(eps=1e-4)` | TRL's formula with its nanstd "
-           "| scale_rewards 'group' (std + 1e-4) | 0 | {:.3g} | {} |", PARITY,
-           parity(lambda r: r["quantity"] == "advantages, fgrpo eps=1e-4")),
-    Figure("docs/integrations.md", "clip_ratio_c 1e9 (dual clip off) | 0, 0.5, 1 | {:.3g} / {:.3g} "
-           "| {} |", PARITY, parity(lambda r: "1e9" in r["settings"])),
-    Figure("docs/integrations.md", "clip_ratio_c 3 (verl's default) | 0, 0.5, 1 | {:.3g} / {:.3g} "
-           "| {} |", PARITY, parity(lambda r: "dual_clip=3" in r["quantity"])),
-    Figure("docs/integrations.md", "| grpo, dapo | TRL `_compute_loss` | loss_type 'dapo', "
-           "epsilon/epsilon_high = `PAPER_EPS` | 0, 0.5, 1 | {:.3g} / {:.3g} | {} |", PARITY,
-           parity(lambda r: "loss_type 'dapo'" in r["settings"])),
-    Figure("docs/integrations.md", "clip_ratio_low 1.0, clip_ratio_high 5.0 | 0, 0.5, 1 | "
-           "{:.3g} / {:.3g} | {} |", PARITY,
-           parity(lambda r: r["settings"] == "clip_ratio_low 1.0, clip_ratio_high 5.0")),
-    Figure("docs/integrations.md", "loss_type 'cispo', epsilon_high 6.0 | 0, 0.5, 1 | {:.3g} / "
-           "{:.3g} | {} |", PARITY, parity(lambda r: r["settings"].endswith("epsilon_high 6.0"))),
-    Figure("docs/integrations.md", "clip_ratio_c left at 3 (dual clip on) | 0 | {:.3g} / {:.3g} | "
-           "{} |", PARITY, parity(lambda r: "left at 3" in r["settings"])),
-    Figure("docs/integrations.md", "loss_type 'grpo' (a mean per sequence) | 0 | {:.3g} / {:.3g} "
-           "| {} |", PARITY, parity(lambda r: "loss_type 'grpo'" in r["settings"])),
-    Figure("docs/integrations.md", "clip_ratio_low left at 0.2, clip_ratio_high 5.0 | 0 | {:.3g} / "
-           "{:.3g} | {} |", PARITY, parity(lambda r: "low left at 0.2" in r["settings"])),
-    Figure("docs/integrations.md", "epsilon_high 5.0 (TRL's documented value) | 0 | {:.3g} / "
-           "{:.3g} | {} |", PARITY, parity(lambda r: "documented" in r["settings"])),
-    Figure("docs/integrations.md", "epsilon_high unset (= epsilon, 0.2) | 0 | {:.3g} / {:.3g} | "
-           "{} |", PARITY, parity(lambda r: "unset" in r["settings"])),
-    # ------------------------------------------------ docs/eval.md: --compare's calibration
-    Figure("docs/eval.md", "at k = 1 it is {:.1%}, {:.1%}, {:.1%} and {:.1%} at n = 16, 64, 256 "
-           "and 1,024", CALIBRATION, lambda d: tuple(
-               r["exact_level_k1"] for r in d["results"] if "exact_level_k1" in r)),
-    Figure("docs/eval.md", "pass@k only asks whether a problem was ever solved, {:.0f} to {:.0f}% "
-           "(measured)", CALIBRATION, lambda d: lowest_highest(lambda d: [
-               100 * r["measured"][-1] for r in d["results"]
-               if (r["test"], r["setting"]) == ("permutation", "null")])(d)),
-    Figure("docs/eval.md", "(commit 0d38fc3; {:,} s of wall clock (its `seconds`)", CALIBRATION,
-           at("seconds")),
-    Figure("docs/eval.md", "the process group's timeout is {} days", "eval.py",
-           lambda m: int(re.search(r"timedelta\(days=(\d+)\)", inspect.getsource(m)).group(1))),
-    Figure("docs/eval.md", "n/4 by default (the paper's {} of {:,})", "eval.py", paper_m),
-    Figure("docs/eval.md", "At the paper's m = n/4 delta* is sqrt(3) = {:.2f} times too wide, so "
-           "p < 0.05 needs |delta| above {:.2f} * {:.2f} = {:.2f} of its standard deviations: "
-           "equally good checkpoints get p < 0.05 about {:.1%} of the time, not {:.0%}.",
-           CALIBRATION, lambda d: (3 ** 0.5, _z(d), 3 ** 0.5, _z(d) * 3 ** 0.5,
-                                   null_share(d, 3 ** 0.5), d["settings"]["alpha"])),
-    Figure("docs/eval.md", "too often (about {:.0%} at m = 3n/4, by the same theory)", CALIBRATION,
-           lambda d: null_share(d, (1 / 3) ** 0.5)),
-    Figure("docs/eval.md", "the test would stay conservative there ({:.2f} times too wide: about "
-           "{:.1%} for {:.0%})", CALIBRATION, lambda d: (
-               shrunk_spread(d), null_share(d, shrunk_spread(d)), d["settings"]["alpha"])),
-    Figure("docs/eval.md", "draws {:,} pairs of folders per row, {} problems at rates spaced "
-           "geometrically from {:g} to {:g}", CALIBRATION,
-           at("settings/repeats", "settings/problems", "settings/low", "settings/high")),
-    Figure("docs/eval.md", "runs --compare's own steps on each with {:,} redraws", CALIBRATION,
-           at("settings/iters")),
-    Figure("docs/eval.md", "B's odds of a right answer {:g}^sqrt(1024/n) times A's ({:g} at n = "
-           "1,024, {:.2f} at 16", CALIBRATION, lambda d: (
-               d["settings"]["odds"], d["settings"]["odds"], d["settings"]["odds"] ** 8)),
-    Figure("docs/eval.md", "where a calibrated {:.0%} test finds the difference {:.0f} to {:.0f}% "
-           "of the time at k = 1 (normal theory, exact variances)", CALIBRATION, lambda d: (
-               d["settings"]["alpha"],
-               *lowest_highest(shares("permutation", "power", "predicted", k=1))(d))),
-    Figure("docs/eval.md", "| 16 | permutation | equally good | {} | {} | {} | k = {}: {} |",
-           CALIBRATION, calibration_row(16, "permutation", "null", (1, 4, 16), True, False)),
-    Figure("docs/eval.md", "| 16 | permutation | B better | {} | {} | {} | k = {}: {} |",
-           CALIBRATION, calibration_row(16, "permutation", "power", (1, 4, 16), False, False)),
-    Figure("docs/eval.md", "| 16 | subsampling (4) | equally good | {} | {} | | k = {}: {} |",
-           CALIBRATION, calibration_row(16, "subsampling", "null", (1, 4), True, False)),
-    Figure("docs/eval.md", "| 16 | subsampling (4) | B better | {} | {} | | k = {}: {} |",
-           CALIBRATION, calibration_row(16, "subsampling", "power", (1, 4), False, False)),
-    *(Figure("docs/eval.md", f"| {n} | permutation | equally good | {{}} | {{}} | {{}} | "
-             "k = {}: {} |", CALIBRATION,
-             calibration_row(n, "permutation", "null", (1, 4, 16), True, True))
-      for n in (64, 256, 1024)),
-    *(Figure("docs/eval.md", f"| {n} | {test} | {setting} | {{}} | {{}} | {{}} | k = {{}}: {{}} |",
-             CALIBRATION, calibration_row(n, test.split()[0], key, (1, 4, 16), key == "null",
-                                          False))
-      for n, m in ((64, 16), (256, 64), (1024, 256))
-      for test, setting, key in (("permutation", "B better", "power"),
-                                 (f"subsampling ({m})", "equally good", "null"),
-                                 (f"subsampling ({m})", "B better", "power"))),
-    Figure("docs/eval.md", "Over every k, the permutation test's null shares lie between {:.1f}% "
-           "and {:.1f}%", CALIBRATION, lowest_highest(shares("permutation", "null"))),
-    Figure("docs/eval.md", "a calibrated test's count of 1,000 falls in {} to {} (its 95%",
-           CALIBRATION, lambda d: tuple(calibration(d, 16, "permutation", "null")
-                                        ["calibrated_band95"])),
-    Figure("docs/eval.md", "and at k = 1 of n = 16, whose exact level is {:.1%}", CALIBRATION,
-           lambda d: calibration(d, 16, "permutation", "null")["exact_level_k1"]),
-    Figure("docs/eval.md", "({:.0f} to {:.0f}% at k = 1, {:.0f} to {:.0f}% at k = 4, {:.0f} to "
-           "{:.0f}% at k = 16)", CALIBRATION, lambda d: tuple(
-               x for k in (1, 4, 16)
-               for x in lowest_highest(shares("permutation", "power", "predicted", k))(d))),
-    Figure("docs/eval.md", "says p < 0.05 for equally good checkpoints {:.1f} to {:.1f}% of the "
-           "time and finds the difference {:.0f} to {:.0f}% of the time at k = 1 where the "
-           "permutation test finds it {:.0f} to {:.0f}%", CALIBRATION, lambda d: (
-               *lowest_highest(shares("subsampling", "null"))(d),
-               *lowest_highest(shares("subsampling", "power", k=1))(d),
-               *lowest_highest(shares("permutation", "power", k=1))(d))),
-    Figure("docs/eval.md", "({:.2f} times at k = m = 256 of n = 1,024", CALIBRATION,
-           lambda d: calibration(d, 1024, "subsampling", "null")["spread_factor"][-1]),
-    Figure("docs/eval.md", "(pass@1 {:.1f}%, pass@256 {:.1f}%); DAPO's run never finds it on one "
-           "of the 64 problems (pass@256 {:.1f}%)", TINY, lambda d: (
-               *(100 * d["runs"]["base"]["mean"]["held_out"][k] for k in ("1", "256")),
-               100 * d["runs"]["dapo"]["mean"]["held_out"]["256"])),
-    Figure("docs/eval.md", "F-DAPO minus DAPO is {:+.1f} points of pass@1 (p {:.3f}) and {:+.1f} "
-           "at k = 256 (p {:.3f})", TINY, lambda d: tuple(
-               x for k in ("1", "256") for x in (
-                   100 * d["pairs"]["dapo"]["columns"]["held_out"]["mean"][k][0],
-                   d["pairs"]["dapo"]["columns"]["held_out"]["p"][k][0]))),
-    # ------------------------------------------------ docs/paper-run.md: the memory and time plan
-    Figure("docs/paper-run.md", "instead of copying {:.0f} GB to pinned host memory", PAPER_RUN,
-           sized(lambda s, t1, f: s["bf16"])),
-    Figure("docs/paper-run.md", "Memory and time: Qwen2.5-7B on {} x {} GB or {} x {} GB Per GPU, "
-           "with FSDP2 over {} ranks ({:g}B parameters)", PAPER_RUN,
-           sized(lambda s, t1, f: (s["gpus"], CARDS_GB[0], s["gpus"], CARDS_GB[1], s["gpus"],
-                                   s["params"]))),
-    Figure("docs/paper-run.md", "| fp32 master weights (sharded) | {:g}B x {} B / {} = {:.1f} GB | "
-           "| fp32 gradients (sharded) | {:.1f} GB | | AdamW moments, fp32 (sharded) | {:.1f} GB |",
-           PAPER_RUN, sized(lambda s, t1, f: (s["params"], 4, s["gpus"], s["shard"], s["shard"],
-                                              s["adam"]))),
-    Figure("docs/paper-run.md", "one decoder layer at a time ({:.1f} GB, plus one prefetched), and "
-           "the root's embedding and lm_head ({:.1f} GB) | | activations, micro-batch {} x {:,} "
-           "tokens, checkpointed | about {:.0f} GB of layer inputs", PAPER_RUN,
-           sized(lambda s, t1, f: (s["layer"], s["root"], f["--micro-batch"], s["tokens"],
-                                   s["activations"]))),
-    Figure("docs/paper-run.md", "one {}-position chunk of fp32 logits and its log-softmax: {:.1f} "
-           "GB (the full logits alone would be {:.0f} GB) | | vLLM while awake (`--vllm-mem "
-           "{:g}`) | {:.0f} GB: bf16 weights {:.0f} GB, the rest KV cache ({:.0f} KB per token: "
-           "about {:.0f}k tokens) |", PAPER_RUN, sized(lambda s, t1, f: (
-               s["chunk"], s["chunk_gb"], s["logits"], f["--vllm-mem"], card(s, f, CARDS_GB[0])[1],
-               s["bf16"], s["kv_token"] / 1e3, card(s, f, CARDS_GB[0])[3]))),
-    Figure("docs/paper-run.md", "So training holds about {:.0f} GB, plus one layer's "
-           "recomputation.", PAPER_RUN, sized(lambda s, t1, f: s["training"])),
-    Figure("docs/paper-run.md", "resident fp32 weight and AdamW shards ({:.1f} GB): that share "
-           "plus those {:.1f} GB and a few GB of CUDA context must fit, so the largest safe "
-           "`--vllm-mem` is about ({} - {:.1f} - {}) / {} = {:.1f} on {} GB.", PAPER_RUN,
-           sized(lambda s, t1, f: (s["resident"], s["resident"], CARDS_GB[0], s["resident"],
-                                   CUDA_CONTEXT_GB, CARDS_GB[0], card(s, f, CARDS_GB[0])[0],
-                                   CARDS_GB[0]))),
-    Figure("docs/paper-run.md", "| at the default {:g}: vLLM's share, KV cache after {:.0f} GB of "
-           "weights |", PAPER_RUN, sized(lambda s, t1, f: (f["--vllm-mem"], s["bf16"]))),
-    *(Figure("docs/paper-run.md", f"| {{}} GB ({names}) | about {{:.1f}} | {{:.0f}} GB, {{:.0f}} "
-             "GB (about {:.0f}k tokens) |", PAPER_RUN,
-             sized(lambda s, t1, f, gb=gb: (gb, *card(s, f, gb)))) for gb, names in zip(
-                 CARDS_GB, ("A100, H100", "H200"))),
-    Figure("docs/paper-run.md", "One GPU alone does not hold a 7B run: {} bytes a parameter is "
-           "{:.0f} GB before vLLM's share", PAPER_RUN,
+]
+MAKE_HELP = "make help"  # the Makefile's ## comments, as make help prints them
+MAKEFILE = [
+    Declared("BENCH_QUICK=1", EXAMPLE),
+]
+EVAL = [
+    Figure("(App. L.4): n = {} samples a problem, temperature {:.1f}, top-p {:.1f}, {:,} new "
+           "tokens", EVAL_FLAGS, at("--n", "--temperature", "--top-p", "--max-new-tokens")),
+    Declared("a two-sided p", FORMULA),
+    Declared("p = (1 + the redraws with |delta*| >= |delta|) / (iters + 1)", FORMULA),
+    Declared("p = 2 min(share of delta* <= 0, share >= 0)", FORMULA),
+    Figure("k runs to m, n/{} by default (App. Q's m of n)", "eval.py",
+           lambda m: paper_m(m)[1] // paper_m(m)[0]),
+    Declared("by sqrt(n/m - 1), at m = n/4 a factor of sqrt(3)", FORMULA),
+    Figure("so p < {:g} needs |delta| above {:.2f} of its standard deviations instead of {:.2f}, "
+           "and equally good checkpoints get it far less often than {:.0%}.", CALIBRATION,
+           lambda d: (
+               d["settings"]["alpha"], _z(d) * 3 ** 0.5, _z(d), d["settings"]["alpha"])),
+    Declared("Above m = n/2", FORMULA),
+    Figure("share of p < {:g} lies between {:.1f}% and {:.1f}% at every n and k; the paper's test "
+           "says p < {:g} for them {:.1f} to {:.1f}% of the time. For B better, it finds the "
+           "difference {:.0f} to {:.0f}% of the time at k = {} where the permutation test finds it "
+           "{:.0f} to {:.0f}%, at every n: a p below {:g} from it", CALIBRATION, lambda d: (
+               d["settings"]["alpha"], *lowest_highest(shares("permutation", "null"))(d),
+               d["settings"]["alpha"], *lowest_highest(shares("subsampling", "null"))(d),
+               *lowest_highest(shares("subsampling", "power", k=1))(d), 1,
+               *lowest_highest(shares("permutation", "power", k=1))(d), d["settings"]["alpha"])),
+]
+INTEGRATIONS = [
+    Declared("0/1", FORMULA), Declared("+-1", FORMULA), Declared("gamma 0", FORMULA),
+    Declared("g(x) >= 0", FORMULA), Declared("g >= 0", FORMULA),
+    Figure("above a threshold T, {:g} by default", "text:integrations/trl_fgrpo.py",
+           lambda text: float(re.search(r"correct_above=([\d.]+)\)", text)[1])),
+    Declared("**Plus a format bonus under 0.5**: T = 0.5", FORMULA),
+    Declared("T = 0. **Partial credit**", FORMULA),
+    Declared("in [-penalty_factor, 0]): T = -0.5 separates right from wrong while penalty_factor "
+             "< 1.5", FORMULA),
+    Declared("so T = 0 miscounts", FORMULA),
+    Declared("at gamma > 0", FORMULA),
+    Declared("would give weights above 1", FORMULA),
+    Declared("all equal but not 0 or 1", FORMULA),
+    Declared("gives it exactly 0", FORMULA),
+    Figure("gamma {:g}, {:g} and {:g})", "checks/parity.py", lambda m: m.GAMMAS),
+    Declared("`epsilon_high` set to 1 + eps_high", FORMULA),
+]
+PAPER_RUN_PAGE = [
+    Declared("rank 0", FORMULA),
+    Figure("a model over {} parameters", "fgrpo.py", hf_limit),
+    Figure("| `--prompts` x `--n`, `--mini-batch` | {} x {}, {} prompts | the same |", FLAGS,
+           at("--prompts", "--n", "--mini-batch")),
+    Figure("| `--epochs`, `--max-new-tokens` | {}, {:,} | the same |", FLAGS,
+           at("--epochs", "--max-new-tokens")),
+    Figure("| `--micro-batch` | {} sequences per forward and backward |", FLAGS,
+           at("--micro-batch")),
+    Figure("| `--rollout` | vLLM, `--vllm-mem` {:g} |", FLAGS, at("--vllm-mem")),
+    Declared("| GPUs | every GPU of the node | 16 H100s |", paper("App. L")),
+    Figure("Arithmetic for Qwen2.5-7B ({:g}B parameters), not measured. Per GPU, with FSDP2 over "
+           "{} ranks, the trainer holds its shards of the fp32 weights, gradients and AdamW "
+           "moments ({:.1f} + {:.1f} + {:.1f} GB), a bf16 decoder layer gathered at a time "
+           "({:.1f} GB, and the next prefetched), the root's embedding and lm_head ({:.1f} GB), "
+           "checkpointed activations at micro-batch {} x {:,} tokens (about {:.0f} GB) and a "
+           "{}-position chunk of fp32 logits ({:.1f} GB; the full logits would be {:.0f} GB): "
+           "about {:.0f} GB. At the weight sync vLLM's share (bf16 weights {:.0f} GB, the rest KV "
+           "cache at {:.0f} KB a token) sits beside the resident fp32 weight and AdamW shards "
+           "({:.1f} GB)", PAPER_RUN,
+           sized(lambda s, t1, f: (
+               s["params"], s["gpus"], s["shard"], s["shard"], s["adam"], s["layer"], s["root"],
+               f["--micro-batch"], s["tokens"], s["activations"], s["chunk"], s["chunk_gb"],
+               s["logits"], s["training"], s["bf16"], s["kv_token"] / 1e3, s["resident"]))),
+    Figure("| GPU | largest safe `--vllm-mem` | at the default {:g}:", FLAGS, at("--vllm-mem")),
+    *(Figure(f"| {{}} GB ({names}) | about {{:.1f}} | {{:.0f}} GB, {{:.0f}} GB (about {{:.0f}}k "
+             "tokens) |", PAPER_RUN, sized(lambda s, t1, f, gb=gb: (gb, *card(s, f, gb))))
+      for gb, names in zip(CARDS_GB, ("A100, H100", "H200"))),
+    Figure("A single GPU does not hold a 7B run: {} bytes a parameter is {:.0f} GB before vLLM's "
+           "share", PAPER_RUN,
            sized(lambda s, t1, f: (s["per_param"], s["per_param"] * s["params"]))),
-    Figure("docs/paper-run.md", "rank 0 alone loads the fp32 model ({:.0f} GB;", PAPER_RUN,
-           sized(lambda s, t1, f: s["fp32"])),
-    Figure("docs/paper-run.md", "gathers the full fp32 model on rank 0 ({:.0f} GB).", PAPER_RUN,
-           sized(lambda s, t1, f: s["fp32"])),
-    Figure("docs/paper-run.md", "each rank samples {} completions; at {:,}-{:,} tokens each and a "
-           "few thousand tokens/s of vLLM decode per GPU, the rollout takes {:.1f}-{:.0f} minutes.",
-           PAPER_RUN, sized(lambda s, t1, f: (s["completions"], *t1.PLAN_TOKENS, *s["rollout"]))),
-    Figure("docs/paper-run.md", "So roughly {}-{} minutes per step, over the paper's {} epochs "
-           "({:,} steps: {} x {:,} problems // {} prompts)", PAPER_RUN, sized(lambda s, t1, f: (
+    Figure("Each rank samples {} completions; at {:,}-{:,} tokens each, decoded at {:,}-{:,} "
+           "tokens/s per GPU, the rollout takes {:.1f}-{:.0f} minutes.", PAPER_RUN,
+           sized(lambda s, t1, f: (
+               s["completions"], *t1.PLAN_TOKENS, *reversed(t1.PLAN_DECODE), *s["rollout"]))),
+    Figure("so roughly {}-{} minutes per step, over the paper's {} epochs ({:,} steps: {} x {:,} "
+           "problems // {} prompts)", PAPER_RUN, sized(lambda s, t1, f: (
                *t1.PLAN_STEP_MIN, f["--epochs"], s["steps"], f["--epochs"], t1.DEEPSCALER,
                f["--prompts"]))),
-    Figure("docs/paper-run.md", "At Qwen2.5-7B ({:g}B parameters) the model is {:.0f} GB in fp32 "
-           "and the optimizer state {:.0f} GB, so the latest checkpoint is {:.0f} GB and each kept "
-           "one adds {:.0f} GB. Every saved step is kept, and a step is saved every `--save-every` "
-           "({}) steps *and* whenever `--save-minutes` ({:g}) have passed since the last save: at "
-           "{}-{} minutes a step (the estimate above) that is a save every {} to {} steps, about "
-           "{:.0f}-{:.0f} checkpoints over the paper's {:,} steps, {:.1f}-{:.1f} TB a run.",
-           PAPER_RUN, sized(lambda s, t1, f: (
-               s["params"], s["fp32"], s["optimizer"], t1.PLAN_CKPT_BYTES * s["params"],
-               s["fp32"], f["--save-every"], f["--save-minutes"], *t1.PLAN_STEP_MIN,
-               *(math.ceil(f["--save-minutes"] / m) for m in reversed(t1.PLAN_STEP_MIN)),
-               *(round(n, -1) for n in s["saves"]), s["steps"], *s["disk_tb"][:2]))),
-    Figure("docs/paper-run.md", "with `--save-minutes 100000` only every {}th step and the last "
-           "are saved ({} kept, about {:.0f} TB), at the price of losing up to {} steps "
-           "({:.0f}-{:.0f} hours) to a kill.", PAPER_RUN, sized(lambda s, t1, f: (
-               f["--save-every"], s["every_50th"], s["disk_tb"][2], f["--save-every"],
-               *(f["--save-every"] * m / 60 for m in t1.PLAN_STEP_MIN)))),
-    Figure("docs/paper-run.md", "a checkpoint of a 7B writes about {:.0f} GB", PAPER_RUN,
+    Figure("the latest checkpoint is {:.0f} GB (the fp32 model and the optimizer state)", PAPER_RUN,
            sized(lambda s, t1, f: t1.PLAN_CKPT_BYTES * s["params"])),
-    Figure("docs/paper-run.md", "(`--grace`, {:g} s by default", FLAGS, lambda f: f["--grace"]),
-    Figure("docs/paper-run.md", "a collective waits up to {} hours", "fgrpo.py", collective_hours),
-    Figure("docs/paper-run.md", "downloads a 7B or writes a {:.0f} GB checkpoint", PAPER_RUN,
-           sized(lambda s, t1, f: s["fp32"])),
-    # ------------------------------------------------ docs/table1.md: the estimate, the tiny run
-    Figure("docs/table1.md", "On disk one checkpoint ({:.0f} GB)", "experiments/table1.py",
-           lambda t: t.PLAN_CKPT_BYTES * t.PLAN_PARAMS_B),
-    Figure("docs/table1.md", "The six math benchmarks ({:,} problems) at n = {}: {:.0f}-{:.0f} "
-           "GPU-hours, and up to {:.0f} GB of samples (about {:.0f} bytes of JSON a token)",
-           "experiments/table1.py", plan_evaluation),
-    Figure("docs/table1.md", "`k` [{}, {}], {}", TINY,
-           lambda d: (*d["k"], "a note" if d["note"] else "no note")),
-    Figure("docs/table1.md", "pass@1 is {:.1f}% to {:.1f}% for every trained run", TINY,
-           lowest_highest(lambda d: [100 * r["mean"]["math_avg"]["1"]
-                                     for name, r in d["runs"].items() if name != "base"])),
-    Figure("docs/table1.md", "each F-run's pass@1 minus its base run's is {:+.1f} (GRPO), {:+.1f} "
-           "(DAPO) and {:+.1f} (CISPO) points", TINY, lambda d: tuple(
-               100 * d["pairs"][a]["columns"]["math_avg"]["mean"]["1"][0]
-               for a in ("grpo", "dapo", "cispo"))),
-    Figure("docs/table1.md", "pass@256 is {:.0f} to {:.0f}% for every run and for the base model",
-           TINY, lowest_highest(tiny_pass256)),
-    # ------------------------------------------------ docs/why-focal.md: Lemma 3.1's table
-    Figure("docs/why-focal.md", "(mu_pos = {:g}) still updates while missing a rare {:.0%} mode "
-           "{:.0%} of the time", "experiments/categorical.py",
-           lambda m: (0.9, 0.05, m.tail_miss_probability(8, 0.9, 0.05))),
-    # ------------------------------------------------ docs/why-focal.md: two_strategy.json
-    Figure("docs/why-focal.md", "| 0 | 0.05 or 0.95 | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |",
-           TWO, weights("weight_ratio", 0, 0.05, W8)),
-    Figure("docs/why-focal.md", "| 0 | 0.05 or 0.95 | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |",
-           TWO, weights("weight_ratio", 0, 0.95, W8)),
-    Figure("docs/why-focal.md", "| 0 | 0.3 or 0.7 | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |",
-           TWO, weights("weight_ratio", 0, 0.3, W8)),
-    Figure("docs/why-focal.md", "| 0 | 0.3 or 0.7 | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |",
-           TWO, weights("weight_ratio", 0, 0.7, W8)),
-    Figure("docs/why-focal.md", "| 1 | 0.05 | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |", TWO,
-           weights("weight_ratio", 1, 0.05, W8)),
-    Figure("docs/why-focal.md", "| 1 | 0.95 | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |", TWO,
-           weights("weight_ratio", 1, 0.95, W8)),
-    *(Figure("docs/why-focal.md", "N = 8 halves the weight of nearly unsolved and nearly solved "
-             "prompts ({:.2f} at p 0.05 and at 0.95)", TWO, weights("weight_ratio", 0, p, [8]))
-      for p in (0.05, 0.95)),
-    Figure("docs/why-focal.md", "N 8 gives p 0.05 {:.2f} of its limit weight and p 0.95 {:.2f} "
-           "times it", TWO, lambda d: (*weights("weight_ratio", 1, 0.05, [8])(d),
-                                       *weights("weight_ratio", 1, 0.95, [8])(d))),
-    *(Figure("docs/why-focal.md", f"| {g} | {label} | " + " | ".join(["{:.3f}"] * 6) + " |", TWO,
-             weights("weight_ratio_no_std", g, p, (*W8, 1024)))
-      for g, p, label in ((0, 0.05, "any"), (1, 0.05, "0.05"), (1, 0.3, "0.3"), (1, 0.7, "0.7"),
-                          (1, 0.95, "0.95"))),
-    Figure("docs/why-focal.md", "({:.3f} times the limit at p 0.95)", TWO,
-           weights("weight_ratio_no_std", 1, 0.95, [8])),
-    Figure("docs/why-focal.md", "200,000 groups, within {:.1f} standard errors on every logit",
-           TWO, monte_carlo_z),
-    Figure("docs/why-focal.md", "Take the model's start (first {:g}, last {:g})", TWO,
-           at("config/init/0", "config/init/1")),
-    Figure("docs/why-focal.md", "raised the rare answer's ratio to {:.2f} (the others' to {:.3f})",
-           TWO, at("derivation/clip/0/ratios/1", "derivation/clip/0/ratios/0")),
-    Figure("docs/why-focal.md", "the rare logit's component falls from {:+.4f} without the clip to "
-           "{:+.4f} with it", TWO, clip("both", 1.0, 1)),
-    Figure("docs/why-focal.md", "On a \"rare\" problem at gamma 0 it falls from {:+.3f} to {:+.3f}",
-           TWO, clip("rare", 0.0, 1)),
-    Figure("docs/why-focal.md", "`python experiments/two_strategy.py --out runs/two` ({:.0f} "
-           "minutes on 2 shared cores, its results' `wall_s`", TWO, lambda d: d["wall_s"] / 60),
-    *(Figure("docs/why-focal.md", f"| {optim} | " + " | ".join(["{:+.3f} [{:+.3f}, {:+.3f}]"] * 4)
-             + " |", TWO, lambda d, o=optim.lower(): tuple(
-                 x for g in ("0.5", "1") for arm in ("sampled", "exact")
-                 for x in gap(o, "tie", arm, g)(d)))
-      for optim in ("AdamW", "SGD")),
-    Figure("docs/why-focal.md", "N 8 minus exact is {:+.3f} to {:+.3f} with AdamW (intervals "
-           "holding 0) and {:+.3f} and {:+.3f} with SGD", TWO, at(
-               "runs/adamw/mixes/tie/difference/0.5/mean", "runs/adamw/mixes/tie/difference/1/mean",
-               "runs/sgd/mixes/tie/difference/0.5/mean", "runs/sgd/mixes/tie/difference/1/mean")),
-    Figure("docs/why-focal.md", "Every F arm reaches a slightly lower highest pass@1 ({:+.3f} to "
-           "{:+.3f})", TWO, lambda d: (max(every_two_strategy("ceiling")(d)),
-                                        min(every_two_strategy("ceiling")(d)))),
-    Figure("docs/why-focal.md", "rare mix: small gains ({:+.3f} to {:+.3f})", TWO,
-           lowest_highest(every_two_strategy("gap", ("rare",)))),
-    # ------------------------------------------------ docs/why-focal.md: the App. J simulation
-    Figure("docs/why-focal.md", "initial correct mass {:.3f})", CAT_LR2,
-           at("settings/initial_correct_mass")),
-    Figure("docs/why-focal.md", "# {:.0f} s + {:.0f} s, 2 busy cores", CAT_LR2,
-           at("settings/wall_s/adamw lr=0.01", "settings/wall_s/sgd lr=5000")),
-    Figure("docs/why-focal.md", "# {:.0f} s, 2 busy cores", CAT_LR3,
-           at("settings/wall_s/adamw lr=0.001")),
-    *(m_ret_row(n) for n in (2, 4, 8, 16, 32, 64, 128, 512, 1024, 131072)),
-    Figure("docs/why-focal.md", "The effects are small: at most about {:.0%} of the mass is lost",
-           CAT_LR3, lambda d: 1 - min(m_ret("adamw", n, g)(d)[0] for n in d["settings"]["n"]
-                                      for g in (0.0, 1.0))),
-    Figure("docs/why-focal.md", "AdamW runs: {:.3f} vs {:.3f} at lr 1e-2", CAT_LR2,
-           lambda d: (m_ret("adamw", 8, 1.0)(d)[0], m_ret("adamw", 8, 0.0)(d)[0])),
-    Figure("docs/why-focal.md", "and {:.3f} vs {:.3f} at lr 1e-3", CAT_LR3,
-           lambda d: (m_ret("adamw", 8, 1.0)(d)[0], m_ret("adamw", 8, 0.0)(d)[0])),
-    Figure("docs/why-focal.md", "(M_ret {:.3f} to {:.3f}), while total correct mass grows to "
-           "{:.3f} to {:.3f}", CAT_LR2, lambda d: (
-               *lowest_highest(lambda d: [m_ret("adamw", n, 0.0)(d)[0]
-                                          for n in d["settings"]["n"] if n >= 128])(d),
-               *lowest_highest(lambda d: [m_ret("adamw", n, 0.0, "correct_mass")(d)[0]
-                                          for n in d["settings"]["n"] if n >= 128])(d))),
-    Figure("docs/why-focal.md", "depend on the seed (std {:.1f} to {:.1f})", CAT_LR2,
-           lowest_highest(lambda d: [m_ret("adamw", n, g)(d)[1]
-                                     for n in (32, 64) for g in (0.0, 1.0)])),
-    Figure("docs/why-focal.md", "gamma = 1 is not better ({:.3f} vs {:.3f})", CAT_LR2,
-           lambda d: (m_ret("adamw", 64, 1.0)(d)[0], m_ret("adamw", 64, 0.0)(d)[0])),
-
-    # ------------------------------------------------ why-focal.md section 6: the confirmation
-    Figure("docs/why-focal.md", "it is lost (share under {:.0%}) on {:.0%} of the prompts", SEEN,
-           lambda d: (seen("constants", "lost")(d),
-                      seen("arms", "dapo_g0_lr3e-05_n8", "rare lost")(d))),
-    Figure("docs/why-focal.md", "**At k 128 and 256 it is not above**: {:+.3f} (the interval holds "
-           "0) and {:+.3f} averaged", SEEN, lambda d: tuple(
-               seen_ci("frontier", "1/8", f"pass@{k}", "gap")(d)[0] for k in (128, 256))),
-    *(Figure("docs/why-focal.md", f"| {k} | " + " | ".join([CI3] * 3) + " |", SEEN,
-             seen_focal_row(k)) for k in (2, 4, 8, 16, 32, 64, 128, 256)),
-    Figure("docs/why-focal.md", "is confirmed: " + CI3 + ", {} of {} seeds (seeds 0-9: {:+.3f})",
-           (SEEN, SHAPED), lambda a, b: (*seen_ci("frontier", "1/8", "pass@16", "gap")(a),
-                                         *(seen("frontier", "1/8", "pass@16", "gap", x)(a)
-                                           for x in ("positive", "n")),
-                                         seen("frontier", "1/8", "pass@16", "gap", "mean")(b))),
-    Figure("docs/why-focal.md", "F reaches {:.3f} and DAPO {:.3f} (" + CI3, SEEN, lambda d: (
-        seen("ceilings", "means", "1/8", "pass@1")(d),
-        seen("ceilings", "means", "0/8", "pass@1")(d),
-        *seen_ci("ceilings", "1/8 minus base", "pass@1")(d))),
-    Figure("docs/why-focal.md", "reach pass@1 {:.3f}, F's {:.3f} (" + CI3 + ", {} of {} seeds "
-           "above)", SEEN, lambda d: (
-        *seen("frontier", "1/8", "pass@1", "ceilings")(d),
-        *seen_ci("frontier", "1/8", "pass@1", "ceiling")(d),
-        seen("frontier", "1/8", "pass@1", "ceiling", "positive")(d),
-        seen("frontier", "1/8", "pass@1", "ceiling", "n")(d))),
-    # ------------------------------------------------ why-focal.md section 6, the rest
-    Figure("docs/why-focal.md", "it copies the first digit with mass {:.2f} and the last", SEEN,
-           lambda d: statistics.fmean(statistics.fmean(s["base"]["rare/tie"]["first"])
-                                      for s in d["seeds"])),  # the summary's base has no first
-    Figure("docs/why-focal.md", "with {:.3f} ± {:.3f} on the confirmation seeds, {:.1f} times a "
-           "wrong digit's; pass@1 {:.3f}", SEEN, lambda d: (
-               *seen("base", "rare mass")(d), seen("base", "rare ratio", 0)(d),
-               seen("base", "pass@1", 0)(d))),
-    Figure("docs/why-focal.md", "at p = {:.3f} it is solved at k 256", SEEN,
-           seen("base", "rare mass", 0)),
-    Figure("docs/why-focal.md", "The base model's pass@k is {:.2f} at k 2, {:.2f} at 16, {:.2f} "
-           "at 32, {:.2f} at 64, {:.3f} at 128 and {:.3f} at 256", SEEN,
-           lambda d: tuple(seen("base", f"pass@{k}", 0)(d) for k in (2, 16, 32, 64, 128, 256))),
-    Figure("docs/why-focal.md", "(the largest k whose base pass@k is at most {:g}), is {}.", SEEN,
-           lambda d: (seen("constants", "headline_max")(d), seen("headline_k")(d))),
-    Figure("docs/why-focal.md", "(N 8: pass@1 {:.3f} to {:.3f}; exact: {:.3f} to {:.3f}), mean "
-           "[95% t interval] over the {} confirmation seeds", SEEN, lambda d: (
-               *(seen("frontier", n, "pass@1", "level_pass@1", j)(d)
-                 for n in ("1/8", "1/exact") for j in (0, -1)),
-               seen("frontier", "1/8", "pass@16", "gap", "n")(d))),
-    Figure("docs/why-focal.md", "**F at N 8 is above DAPO at k {} to {}** ({} of {} seeds at k {} "
-           "to {}), most at k {} and {}; at every level for k {} to {}, while at k 64 the "
-           "interval holds 0 at {} level of ten", SEEN, seen_above),
-    Figure("docs/why-focal.md", "about two thirds of its mean over levels (k 16: {:+.3f})", SEEN,
-           seen("frontier", "1/8", "pass@16", "by_level", -1, "mean")),
-    Figure("docs/why-focal.md", "pass@1 rises from {:.3f} to {:.3f}, and at the end the rare "
-           "strategy's share of the correct mass is {:.3f}", SEEN, lambda d: (
-               seen("base", "pass@1", 0)(d),
-               *at("pass@1", "rare share")(seen("arms", "dapo_g0_lr3e-05_n8")(d)))),
-    Figure("docs/why-focal.md", "F at the same lr: pass@1 {:.3f}, share {:.3f}, lost on {:.0%}",
-           SEEN, lambda d: at("pass@1", "rare share", "rare lost")(
-               seen("arms", "dapo_g1_lr3e-05_n8")(d))),
-    Figure("docs/why-focal.md", "go from {:.2f} (DAPO) and {:.2f} (F) at the first level to {:.2f} "
-           "and {:.2f} at the top; F minus DAPO, paired, is " + CI3, SEEN, lambda d: (
-               *seen("frontier", "1/8", "rare lost", "medians_by_level", 0)(d),
-               *seen("frontier", "1/8", "rare lost", "medians_by_level", -1)(d),
-               *seen_ci("frontier", "1/8", "rare lost", "gap")(d))),
-    Figure("docs/why-focal.md", "({:+.2f} [{:+.2f}, {:+.2f}]; the medians meet at the top level, "
-           "{} each)", SEEN, lambda d: (  # one figure where both medians round alike
-               *seen_ci("frontier", "1/8", "rare share", "gap")(d), " and ".join(sorted(
-                   {f"{v:.3f}" for v in
-                    seen("frontier", "1/8", "rare share", "medians_by_level", -1)(d)})))),
-    Figure("docs/why-focal.md", "over the same levels ({:+.2f} to {:+.2f} at k 2 to 32)", SEEN,
-           lambda d: (lambda v: (max(v), min(v)))(
-               [seen("n_minus_exact", "1", f"pass@{k}", "mean")(d) for k in (2, 4, 8, 16, 32)])),
-    Figure("docs/why-focal.md", "(lr 3e-5: share {:.3f}, lost on {} prompt at step 96", SEEN,
-           lambda d: (lambda share, lost: (share, "every" if lost == 1 else f"{lost:.0%} of the"))(
-               *at("rare share", "rare lost")(seen("arms", "dapo_g0_lr3e-05_exact")(d)))),
-    Figure("docs/why-focal.md", "climbs pass@1 further ({:.3f} against {:.3f}): at matched pass@1 "
-           "the two lose it alike (lost on {:.2f} of the prompts at pass@1 {:.3f} at N 8, "
-           "on {:.2f} at {:.3f} exact)", SEEN, lambda d: (
-               *(seen("arms", f"dapo_g0_lr3e-05_{n}", "pass@1")(d) for n in ("exact", "n8")),
-               seen("frontier", "1/8", "rare lost", "medians_by_level", 3, 0)(d),
-               seen("frontier", "1/8", "pass@1", "level_pass@1", 3)(d),
-               seen("frontier", "1/exact", "rare lost", "medians_by_level", -1, 0)(d),
-               seen("frontier", "1/exact", "pass@1", "level_pass@1", -1)(d))),
-    Figure("docs/why-focal.md", "(DAPO at N 8 minus its exact update: " + CI3.replace("3f", "4f")
-           + " at k 32 to {:+.4f} at k 128", SEEN, lambda d: (
-               *seen_ci("versus_exact", "0/8 - 0/exact", "pass@32", "gap")(d),
-               seen("versus_exact", "0/8 - 0/exact", "pass@128", "gap", "mean")(d))),
-    Figure("docs/why-focal.md", "(share {:.2f} to {:.2f} at lr 1e-4 to 3e-4)", SEEN,
-           lowest_highest(seen_arms("rare share", *(f"dapo_g1_lr{lr}_exact"
-                                                     for lr in ("0.0001", "0.0002", "0.0003"))))),
-    Figure("docs/why-focal.md", "above DAPO's exact update at k {} to {} (k 16: " + CI3 + ")", SEEN,
-           lambda d: (*seen_ks(lambda c: c["gap"]["lo"] > 0, "versus_exact", "1/8 - 0/exact")(d),
-                      *seen_ci("versus_exact", "1/8 - 0/exact", "pass@16", "gap")(d))),
-    Figure("docs/why-focal.md", "with the exact update {:.3f} and {:.3f} ({:+.3f})", SEEN,
-           lambda d: (*seen("frontier", "1/exact", "pass@1", "ceilings")(d),
-                      seen("frontier", "1/exact", "pass@1", "ceiling", "mean")(d))),
-    Figure("docs/why-focal.md", "{} of DAPO's {} long runs break down, {} of F's", SEEN,
-           lambda d: (lambda runs: tuple(WORDS[x] for x in (
-               sum(r["broke down"] for r in runs["0/8"].values()), len(runs["0/8"]),
-               sum(r["broke down"] for r in runs["1/8"].values()))))(
-               seen("ceilings", "runs")(d))),
-    Figure("docs/why-focal.md", "{} of the {} runs of the confirmation", SEEN, lambda d: (
-        sum(len(a["broke down"]) for a in seen("arms")(d).values()),
-        len(seen("arms")(d)) * len(d["seeds"]))),
-    Figure("docs/why-focal.md", "at {} of {} seed-levels (on the confirmation seeds at {} of {})",
-           (SEEN, SHAPED), lambda a, b: tuple(
-               f(seen("frontier_lrs", "1/8", 0, "counts")(d)) for d in (b, a)
-               for f in (lambda c: c["dapo_g0_lr3e-05_n8"], lambda c: sum(c.values())))),
-    Figure("docs/why-focal.md", "lifts no arm's frontier by more than {:.4f} at any k", SEEN,
-           lambda d: max(c[f"pass@{k}"]["gap"]["mean"] for c in
-                         seen("bracket", "lifted")(d).values() for k in SEEN_KS)),
-    Figure("docs/why-focal.md", "DAPO's clip takes {:.2%} to {:.2%} of the sampled arms' tokens",
-           SEEN, lowest_highest(seen_arms("clip_frac", *(
-               f"dapo_g{g}_lr{lr}_n8" for g in (0, 1)
-               for lr in ("3e-05", "0.0001", "0.0002", "0.0003"))))),
-    Figure("experiments/results/see_it_happen.md", "{:.1f} min wall and {:.1f} CPU-min on 2 cores "
-           "shared with other work (load {:.1f} at the start, {:.1f} at the end)", SEEN,
-           lambda d: (d["times"]["wall_s"] / 60, d["times"]["cpu_s"] / 60, *d["times"]["load"])),
-    Figure("README.md", "the confirmation: 2 h on 2 cores ({:.0f} CPU-min)", SEEN,
-           lambda d: d["times"]["cpu_s"] / 60),
-    Figure("experiments/results/see_it_happen.md", "the arms took {:.1f} CPU-min as they ran",
-           SHAPED, lambda d: sum(x.get("cpu_s", 0) for s in d["seeds"] for x in [
-               *(a for arms in s["arms"].values() for a in arms.values()), *s["base"].values()])
-           / 60),
-    Figure("experiments/results/see_it_happen.md", "keeps more pass@16 than DAPO, {:+.4f} "
-           "[{:+.4f}, {:+.4f}], 10 of 10 seeds (exploration: {:+.4f})", (SEEN, SHAPED),
-           lambda a, b: (*seen_ci("frontier", "1/8", "pass@16", "gap")(a),
-                         seen("frontier", "1/8", "pass@16", "gap", "mean")(b))),
+    Figure("not resumed from: {:.0f} GB more for each "
+           "save", PAPER_RUN, sized(lambda s, t1, f: s["fp32"])),
+    Figure("A collective waits up to {} hours", "fgrpo.py", collective_hours),
 ]
+TABLE1_PAGE = [
+    Declared("gamma 0", FORMULA),
+    Declared("`--train-flags \"--gamma 1\"`", EXAMPLE),
+    Figure("is under {}, the largest k", TABLE1, lambda t: t.PAPER_K),
+    Figure("n = {}", TABLE1, lambda t: t.TINY_EVAL_N),
+]
+SMOLLM2 = [
+    Declared("gamma 0", FORMULA),
+]
+VERIFICATION = [
+    Declared("`first \\boxed{7}, then finally \\boxed{12}`", EXAMPLE),
+    Declared("the gold `12`", EXAMPLE),
+    Declared("`10 + 9 = x` for the gold `19`", EXAMPLE),
+    Figure("(AMD EPYC, {:.1f} GB, {} cores, torch {}, commit {})", BENCH, lambda d: (
+        d["machine"]["memory_gb"], d["machine"]["cores"], d["machine"]["versions"]["torch"],
+        d["machine"]["commit"])),
+    *(Figure(row, BENCH, bench_row(i)) for i, row in enumerate([
+        "| log-probs: peak memory | {:,.0f} MB | {:,.0f} MB | {:.3f} | {} |",
+        "| log-probs: time | {:.1f} s | {:.1f} s | {:.2f} | {} |",
+        "| verify: completions/s | {:,.0f} | {:,.0f} | {:.2f} | {} |",
+        "| training step vs TRL: time | {:.3f} s | {:.3f} s | {:.3f} | {} |",
+        "| training step vs TRL: memory | {:.1f} MB | {:.1f} MB | {:.2f} | |",
+        "| vLLM vs generate(), demo, {} x {}: tokens/s | {:,.0f} | {:,.0f} | {:.3f} | |",
+        "| vLLM vs generate(), demo, {} x {}: tokens/s | {:,.0f} | {:,.0f} | {:.3f} | |",
+        "| vLLM vs generate(), long, {} x {}: tokens/s | {:,.0f} | {:,.0f} | {:.2f} | |",
+        "| vLLM vs generate(), long, {} x {}: tokens/s | {:,.0f} | {:,.0f} | {:.2f} | |",
+        "| updates at RL-like lengths | {:.1f} s | {:.1f} s | {:.3f} | {} |"])),
+    Figure("on {} cores, at most {} times as fast", BENCH,
+           lambda d: (d["machine"]["usable_cores"],) * 2),
+]
+WHY_FOCAL = [
+    Figure("N {}", PROTOCOL, lambda d: d["design"]["n"]),
+    Figure("N = {}", PROTOCOL, lambda d: d["design"]["n"]),
+    Figure("groups of {}", PROTOCOL, lambda d: d["design"]["n"]),
+    Figure("gamma {:g}", PROTOCOL, lambda d: d["design"]["gammas"][-1]),
+    Figure("gamma = {:g}", CAT_LR3, lambda d: d["settings"]["gammas"][-1]),
+    *(Declared(x, FORMULA) for x in ("gamma 0", "gamma = 0", "gamma-0", "at ratio 1", "(1/N)",
+                                     "(1 - p)^k", "pass@2 / 2", "(b / (1 - b))^gamma",
+                                     "pass@(gamma + 1)", "the gap at k = 1 is 0 by construction",
+                                     "(intervals holding 0)", "mean [95% t interval]")),
+    Figure("at N = {} an easy prompt (mu_pos = {:g}) still updates while missing a rare {:.0%} "
+           "mode {:.0%} of the time", "experiments/categorical.py",
+           lambda m: (8, 0.9, 0.05, m.tail_miss_probability(8, 0.9, 0.05))),  # an example's inputs
+    Figure("agrees within {:.1f} standard errors on every logit", TWO, monte_carlo_z),
+    Figure("N = {} {} the weight of nearly unsolved and nearly solved prompts ({:.2f} at p {:g} "
+           "and at {:g})", TWO, halved),
+    Figure("N {} gives p {:g} {:.2f} of its limit weight and p {:g} {:.2f} times "
+           "it", TWO, lambda d: (
+        8, 0.05, *weights("weight_ratio", 1, 0.05, [8])(d), 0.95,
+        *weights("weight_ratio", 1, 0.95, [8])(d))),
+    Figure("from first {:g}, last {:g}", TWO, at("config/init/0", "config/init/1")),
+    Figure("AdamW " + CI3 + " at N {} and " + CI3 + " exact", TWO, lambda d: (
+        *gap("adamw", "tie", "sampled", "1")(d), d["config"]["n"],
+        *gap("adamw", "tie", "exact", "1")(d))),
+    Figure("N {} minus exact is {:+.3f} to {:+.3f} with AdamW (intervals holding 0)", TWO,
+           n_minus_exact),
+    Figure("Every F arm reaches a slightly lower highest pass@1 ({:+.3f} to {:+.3f})", TWO,
+           lambda d: (max(every_two_strategy("ceiling")(d)),
+                      min(every_two_strategy("ceiling")(d)))),
+    Figure("the gains are small ({:+.3f} to {:+.3f})", TWO,
+           lowest_highest(every_two_strategy("gap", ("rare",)))),
+    Figure("trains tiny's {}-layer transformer", "fgrpo.py", lambda m: tiny_shape(m)[0]),
+    Figure("copies the first digit with mass {:.2f}", SEEN, first_digit_mass),
+    Figure("with {:.3f} ± {:.3f} on the confirmation seeds", SEEN, seen("base", "rare mass")),
+    Figure("before seeds {}-{} ran, and is confirmed: " + CI3 + ", {} of {} seeds (seeds {}-{}: "
+           "{:+.3f})", (SEEN, SHAPED), lambda a, b: (
+               *seed_range(a), *seen_ci("frontier", "1/8", "pass@16", "gap")(a),
+               *(seen("frontier", "1/8", "pass@16", "gap", x)(a) for x in ("positive", "n")),
+               *seed_range(b), seen("frontier", "1/8", "pass@16", "gap", "mean")(b))),
+    Figure("was shaped on seeds {}-{}", SHAPED, seed_range),
+    Figure("at p = {:.3f} it is solved at k {}", SEEN,
+           lambda d: (seen("base", "rare mass", 0)(d), SEEN_KS[-1])),
+    Figure("The base model's pass@k is " + ", ".join(["{:.2f} at k {}", *["{:.2f} at {}"] * 3]) +
+           ", {:.3f} at {} and {:.3f} at {}", SEEN, lambda d: tuple(
+               x for k in (2, 16, 32, 64, 128, 256) for x in (seen("base", f"pass@{k}", 0)(d), k))),
+    Figure("(the largest k whose base pass@k is at most {:g}), is {};", SEEN,
+           lambda d: (seen("constants", "headline_max")(d), seen("headline_k")(d))),
+    Figure("**F at N {} is above DAPO at k {} to {}** ({} of {} seeds at k {} to {}), most at k {} "
+           "and {}; at k {} and {} it is not", SEEN, above_dapo),
+    Figure("At lr {}, N {}, DAPO's pass@1 rises from {:.3f} to {:.3f}, and at the end the rare "
+           "strategy's share of the correct mass is {:.3f} and it is lost (share under {:.0%}) on "
+           "{:.0%} of the prompts. F at the same lr: pass@1 {:.3f}, share {:.3f}, lost on {:.0%}. "
+           "At matched pass@1 the lost fraction goes from {:.2f} (DAPO) and {:.2f} (F) at the "
+           "first level to {:.2f} and {:.2f} at the top; F minus DAPO, paired, is " + CI3,
+           (SEEN, PROTOCOL), sharpening),
+    Figure("F at N {} is still above DAPO's exact update at k {} to {}", SEEN, lambda d: (
+        8, *seen_ks(lambda c: c["gap"]["lo"] > 0, "versus_exact", "1/8 - 0/exact")(d))),
+    Figure("DAPO's stable runs at N {} reach pass@1 {:.3f}, F's {:.3f} "
+           "(" + CI3 + ", {} of {} seeds "
+           "above)", SEEN, lambda d: (
+               8, *seen("frontier", "1/8", "pass@1", "ceilings")(d),
+               *seen_ci("frontier", "1/8", "pass@1", "ceiling")(d),
+               seen("frontier", "1/8", "pass@1", "ceiling", "positive")(d),
+               seen("frontier", "1/8", "pass@1", "ceiling", "n")(d))),
+    Figure("Run {} as long ({} steps, each arm's best stable lr, seeds {}-{}), F reaches {:.3f} "
+           "and DAPO {:.3f} (" + CI3 + ")", (SEEN, PROTOCOL), longer_runs),
+    Figure("runs the paper's abstraction: {:,} actions, {:,} of them correct (initial correct mass "
+           "{:.3f})", CAT_LR2, at("settings/n_actions", "settings/n_correct",
+                                 "settings/initial_correct_mass")),
+    Figure("lr {}", CAT_LR2, lambda d: sci(d["settings"]["lr"]["adamw lr=0.01"])),
+    Figure("lr {}", CAT_LR3, lambda d: sci(d["settings"]["lr"]["adamw lr=0.001"])),
+    Figure("weight decay {:g}", CAT_LR2, at("settings/weight_decay")),
+    Figure("# {:.0f} s + {:.0f} s", CAT_LR2,
+           at("settings/wall_s/adamw lr=0.01", "settings/wall_s/sgd lr=5000")),
+    Figure("# {:.0f} s", CAT_LR3, at("settings/wall_s/adamw lr=0.001")),
+    Declared("the paper's N = 8", paper("Table 1")),
+    Figure("in both AdamW runs: {:.3f} vs {:.3f} at lr {}, and {:.3f} vs {:.3f} at lr {}.",
+           (CAT_LR2, CAT_LR3), lambda a, b: tuple(
+               x for d, lr in ((a, "adamw lr=0.01"), (b, "adamw lr=0.001"))
+               for x in (m_ret("adamw", 8, 1.0)(d)[0], m_ret("adamw", 8, 0.0)(d)[0],
+                         sci(d["settings"]["lr"][lr])))),
+    Figure("lowest at N = {}, and gamma = {:g} retains more at every N below {}, where both round "
+           "to {:.3f}", CAT_LR3, lowest_and_ahead),
+    Figure("at most about {:.0%} of the mass is lost", CAT_LR3,
+           lambda d: 1 - min(m_ret("adamw", n, g)(d)[0] for n in d["settings"]["n"]
+                             for g in (0.0, 1.0))),
+    Figure("From N = {} up the anchor takes nearly all of the probability (M_ret {:.3f} to {:.3f}) "
+           "while total correct mass grows to {:.3f} to {:.3f}", CAT_LR2, anchor_takes_all),
+]
+PEERS_WHY_FOCAL = [
+    Figure("adapted to groups of {}", PEERS_PROTOCOL, lambda d: d["design"]["n"]),
+    *(Declared(x, FORMULA) for x in ("k (1 - mu)^(k-1)", "N (1 - (1 - mu)^(N-1)) / mu",
+                                     "N (1 + lambda)", "moving towards 1 and 0",
+                                     "give 0 to a group with under k - 1 or under k wrong",
+                                     "nearly 0", "at every k past 1")),
+    *(Declared(x, WORDING) for x in ("on one direction", "the two regions",
+                                     "Of the two that look at the sample")),
+    Figure("near mu {:.1f} (\"both\", \"common\") and {:.2f} (\"rare\")", SEEN,
+           lambda d: (first_digit_mass(d), seen("base", "rare mass", 0)(d))),
+    Figure("so near mu {:.1f}", SEEN, first_digit_mass),
+]
+NUMBERS = {  # each page's entries together: a page rewritten brings its list along
+    "README.md": README + PEERS_README,
+    "CONTRIBUTING.md": CONTRIBUTING,
+    "docs/eval.md": EVAL,
+    "docs/integrations.md": INTEGRATIONS,
+    "docs/paper-run.md": PAPER_RUN_PAGE,
+    "docs/smollm2.md": SMOLLM2,
+    "docs/table1.md": TABLE1_PAGE,
+    "docs/verification.md": VERIFICATION,
+    "docs/why-focal.md": WHY_FOCAL + PEERS_WHY_FOCAL,
+    MAKE_HELP: MAKEFILE,
+}
+# Rewritten elsewhere, each exempt from the scan and counted at its word budget while it reads
+# exactly as it did: the first change to it brings it under the scan (its NUMBERS entries due).
+PENDING = {
+    "docs/gpu-check.md": "4cce0f6f77e241cb27e183d37c390d1c1c9803c5bce2b41c3228f806cd2823d6",
+    MAKE_HELP: "verl into PARITY_DEPS (23 MB, seconds), once: for make parity and make test",
+}
 
 
-def _files(figure):
-    return figure.file if isinstance(figure.file, tuple) else (figure.file,)
+def _text(page, root=ROOT):
+    """A page's text: a markdown file, or make help's lines (the Makefile's ## comments)."""
+    if page == MAKE_HELP:
+        return "\n".join(re.findall(r"^[a-z0-9-]+:.*?## (.*)$", (root / "Makefile").read_text(),
+                                    re.M))
+    return (root / page).read_text()
 
 
-def _load(name, root=ROOT):
-    """A figure's source: a results file's JSON, a TOML file, or the code: a module (its
-    constants, the paper's tables among them), the flags' defaults, what --plan prints."""
-    if name.endswith(".json"):
-        return json.loads((root / name).read_text())
-    if name.endswith(".toml"):
-        return tomllib.loads((root / name).read_text())
-    if name == FLAGS:  # {"--grace": 30.0, ...}
-        return {s: a.default for a in fgrpo.build_parser()._actions for s in a.option_strings}
-    if name == PLAN:  # experiments/table1.py --plan's estimate, printed
-        table1 = _load("experiments/table1.py")
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            table1.main(["--plan", "--work", str(ROOT / "runs" / "no-such-campaign")])
-        return printed.getvalue()
-    module = importlib.util.spec_from_file_location(Path(name).stem, ROOT / name)
-    loaded = importlib.util.module_from_spec(module)
-    saved = list(sys.path)
-    sys.path.insert(0, str((ROOT / name).parent))  # its own folder first, as when it runs
-    try:
-        module.loader.exec_module(loaded)
-    finally:
-        sys.path[:] = saved
-    return loaded
+def _pending(page, text):  # the part of a page's text still exempt: all, a line, or nothing
+    held = PENDING.get(page)
+    if held is None:
+        return ""
+    if hashlib.sha256(text.encode()).hexdigest() == held:
+        return text
+    return held if held in text.splitlines() else ""
 
 
-def _said(figure, files):
-    """The figure's words as its sources give them, whitespace runs as one space, and where in
-    them each figure read from a source stands: (words, [(start, end)])."""
-    values = figure.read(*(files[name] for name in _files(figure)))
-    values = list(values) if isinstance(values, tuple) else [values]
+def _said(entry, sources):
+    """The entry's words as its sources give them, whitespace runs as one space, and the spans of
+    its numbers: each field of a Figure, the whole of a Declared's words."""
+    if isinstance(entry, Declared):
+        assert entry.kind in (FORMULA, EXAMPLE, WORDING) or PAPER.fullmatch(entry.kind), entry
+        return " ".join(entry.text.split()), [(0, len(" ".join(entry.text.split())))]
+    values = entry.read(*(sources[name] for name in _files(entry)))
+    values = list(values) if isinstance(values, (tuple, list)) else [values]
     words, spans = "", []
-    for literal, field, spec, _ in string.Formatter().parse(figure.text):
+    for literal, field, spec, _ in string.Formatter().parse(entry.text):
         words += literal
         if field is not None:
             value = " ".join(format(values.pop(0), spec).split())
             spans.append((len(words), len(words) + len(value)))
             words += value
-    assert not values and "  " not in words and "\n" not in words, figure.text
+    assert spans and not values and "  " not in words and "\n" not in words, entry.text
     return words, spans
 
 
-def _pages_and_sources(figures, root):
-    pages = {f.page: " ".join((root / f.page).read_text().split()) for f in figures}
-    names = {name for f in figures for name in _files(f)}
-    return pages, {name: _load(name, root) for name in names}
+def _where(words, text):  # every place words stand in text, as a phrase of its own
+    at = [m.start() for m in re.finditer(re.escape(words), text)]
+    return [a for a in at if not re.match(r"\w", text[a - 1:a] if a else "")
+            and not re.match(r"[\w]|[./]\d", text[a + len(words):a + len(words) + 2])]
 
 
-def figures_missing(figures, root=ROOT):
-    """Each figure whose words, formatted from its file as it is now, are not in its page (its
-    line breaks as spaces), as "page: the words (file)"."""
-    pages, files = _pages_and_sources(figures, root)
-    missing = []
-    for figure in figures:
-        said = _said(figure, files)[0]
-        if said not in pages[figure.page]:
-            missing.append(f"{figure.page}: {said!r} ({figure.file})")
-    return missing
+def unaccounted(registry=None, root=ROOT):
+    """Every number of the pages that no entry of its page accounts for, and every entry that no
+    longer stands in its page, as "page: ..." lines."""
+    registry = NUMBERS if registry is None else registry
+    names = {name for entries in registry.values() for e in entries if isinstance(e, Figure)
+             for name in _files(e)}
+    sources = {name: _load(name, root) for name in names}
+    pages = [str(p.relative_to(ROOT)) for p in DOCS] + [MAKE_HELP]
+    found = [f"{page}: no entries in NUMBERS" for page in pages
+             if page not in registry and page not in PENDING]
+    for page in pages:
+        raw = _text(page, root)
+        exempt = _pending(page, raw)
+        text = prose(raw.replace(exempt, "") if exempt != raw else "")
+        covered = []
+        for entry in registry.get(page, []):
+            words, spans = _said(entry, sources)
+            places = _where(words, text)
+            if not places and exempt != raw:
+                found.append(f"{page}: no longer stands: {words!r}")
+            covered += [(at + a, at + b) for at in places for a, b in spans]
+        for a, b in numbers(text):
+            if not any(x <= a and b <= y for x, y in covered):
+                found.append(f"{page}: {text[a:b]!r} in {text[max(0, a - 50):b + 20]!r}")
+    return found
 
 
-def test_the_docs_quote_each_figure_as_its_results_file_has_it():
-    assert all("{" in f.text for f in FIGURES)  # each entry holds a figure read from its file
-    missing = figures_missing(FIGURES)
-    assert not missing, "the text or the file changed:\n" + "\n".join(missing)
+def test_every_number_in_the_docs_is_read_from_its_source_or_declared():
+    found = unaccounted()
+    assert not found, "a number with no entry in NUMBERS (CONTRIBUTING.md):\n" + "\n".join(found)
 
 
-def test_a_figure_changed_in_the_readme_a_page_or_a_results_file_fails(tmp_path):
-    def copy():  # the pages and the results files, as they are, into a fresh folder
-        root = tmp_path / f"copy{len(list(tmp_path.iterdir()))}"
-        names = {f.page for f in FIGURES} | {n for f in FIGURES for n in _files(f)}
-        for name in (n for n in names if (ROOT / n).is_file()):
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(ROOT / name, root / name)
-        return root
+PLANTED = {  # each form a figure takes, and the numbers the scan must find in it
+    "twice as fast": ["twice"], "a tenth": ["tenth"], "an hour and a half": ["half"],
+    "2\u00d7 and 2x": ["2", "2"], "+3.1 points": ["+3.1"], "p = 0.03": ["0.03"],
+    "from 0.17 to 0.46": ["0.17", "0.46"], "41.2 / 74.9": ["41.2", "74.9"],
+    "14,900 /s": ["14,900"], "12k tokens/s": ["12"], "3.2e5": ["3.2e5"], "3 / 4, 1/8": [
+        "3", "4", "1", "8"], "4-6 minutes": ["4", "6"], "seven of ten": ["seven", "ten"]}
 
-    def edit(root, name, old, new):
-        text = (root / name).read_text()
-        assert text.count(old) == 1, (name, old)
-        (root / name).write_text(text.replace(old, new))
-        return [line.split(": ")[0] for line in figures_missing(FIGURES, root)]
 
-    assert figures_missing(FIGURES, copy()) == []
-    assert edit(copy(), "README.md", "pass@1 from 8.8% to 95.7%", "pass@1 from 8.8% to 95.8%") \
-        == ["README.md"]
-    assert edit(copy(), "docs/bench.md", "| 0.802 |", "| 0.803 |") == ["docs/bench.md"]
-    root = copy()  # and a results file: the eps=1e-4 row's difference doubled
-    parity_json = json.loads((root / PARITY).read_text())
-    parity_json["rows"][2]["value_diff"] *= 2
-    (root / PARITY).write_text(json.dumps(parity_json))
-    assert [m.split(": ")[0] for m in figures_missing(FIGURES, root)] == ["docs/integrations.md"]
+def _copy_for_the_scan(tmp_path):  # the pages, the Makefile and the sources NUMBERS reads
+    names = {str(p.relative_to(ROOT)) for p in DOCS} | {"Makefile"} | {
+        n.removeprefix("text:") for entries in NUMBERS.values() for e in entries
+        if isinstance(e, Figure) for n in _files(e) if n.endswith((".json", ".toml", ".md"))
+        or n.startswith("text:")}
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def test_a_planted_or_changed_number_fails_the_scan(tmp_path):
+    root = _copy_for_the_scan(tmp_path)
+    assert unaccounted(root=root) == []
+    planted = ". ".join(f"It ran {form}" for form in PLANTED) + "."
+    (root / "README.md").write_text((root / "README.md").read_text() + "\n" + planted + "\n")
+    page = root / "docs" / "eval.md"  # in a page's prose, and in a table's cells
+    page.write_text(page.read_text().replace("## Benchmarks", planted + "\n\n## Benchmarks"))
+    table = root / "docs" / "verification.md"
+    row = "| planted | " + " | ".join(PLANTED) + " |"
+    table.write_text(table.read_text().replace("| updates at", row + "\n| updates at"))
+    found = unaccounted(root=root)
+    for page in ("README.md", "docs/eval.md", "docs/verification.md"):
+        hits = [re.match(r".*?: '(.*?)' in", f)[1] for f in found if f.startswith(page + ": ")]
+        assert hits == [n for numbers in PLANTED.values() for n in numbers], (page, hits)
+    assert len(found) == 3 * sum(map(len, PLANTED.values()))
+    root = _copy_for_the_scan(tmp_path / "changed")  # a figure changed in its page, or its source
+    readme = root / "README.md"
+    readme.write_text(readme.read_text().replace("from 8.8% to 95.7%", "from 8.8% to 95.8%"))
+    bench = json.loads((root / BENCH).read_text())
+    bench["rows"][9]["ratio"] *= 2
+    (root / BENCH).write_text(json.dumps(bench))
+    found = unaccounted(root=root)
+    assert [f.split(": ")[0] for f in found if "no longer stands" in f] == [
+        "README.md", "docs/verification.md"], found
+    assert "README.md: '95.8' in" in " ".join(found)
+    makefile = root / "Makefile"  # a help string's figure
+    makefile.write_text(makefile.read_text().replace("before and after: minutes", "before and "
+                                                     "after: about 2 min", 1))
+    assert any(f.startswith("make help: '2' in") for f in unaccounted(root=root))
+    gpu_check = root / "docs" / "gpu-check.md"  # and a page PENDING is scanned once it changes
+    gpu_check.write_text(gpu_check.read_text() + "\nIt ran 3 s.\n")
+    assert any(f.startswith("docs/gpu-check.md: '3' in") for f in unaccounted(root=root))
 
 
 def test_a_results_file_records_its_command_without_a_scratch_path():
@@ -1238,99 +1227,53 @@ def test_a_results_file_records_its_command_without_a_scratch_path():
     assert not absolute, "bench/run.py records --out relative:\n" + "\n".join(absolute)
 
 
-# ---------------------------------------------------------------- times measured by hand
-MEASURED = re.compile(r"\b\d[\d,.]*\s?(?:s|ms|min|minutes|CPU-min)\b")  # a time ...
-ON_CORES = re.compile(r"\b\d+ (?:\w+ ){0,2}cores\b")  # ... on some of this project's cores
-WHERE_AND_WHEN = re.compile(r"\b(?:commit|at) [0-9a-f]{7}\b|\.json\b|`seconds`|`wall_s`")
+# ---------------------------------------------------------------- the results pages
+# Every page of experiments/results/ is written by its experiment's code from its results file
+# (peers.md, with a reading by hand above its tables, aside): regenerated here from the committed
+# JSON, it must equal the committed page byte for byte.
+RESULTS = ROOT / "experiments" / "results"
+NOT_REGENERATED = {"peers.md"}  # its reading by hand is kept above what peers.py writes
 
 
-def _undated_times(paths):
-    """Every paragraph (fenced code left out) that states a time measured on N cores without a
-    commit or a results file in it, in a table before it, or in its section's heading, as
-    "page: its first words"."""
-    found = []
-    for path in paths:
-        text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
-        blocks, heading = re.split(r"\n\s*\n", text), ""
-        for i, block in enumerate(blocks):
-            heading = block if block.startswith("#") else heading
-            context = " ".join([heading, block, blocks[i - 1] if block.startswith("|") else ""])
-            if MEASURED.search(block) and ON_CORES.search(context) \
-                    and not WHERE_AND_WHEN.search(context):
-                found.append(f"{path.name}: {' '.join(block.split())[:70]}")
-    return found
+def _results_pages(results=RESULTS):
+    """{page name: the page as its writer makes it from the JSON in `results`}."""
+    table1, two, categorical, see, report = (_load(f"experiments/{name}.py") for name in (
+        "table1", "two_strategy", "categorical", "see_it_happen", "see_it_happen_report"))
+
+    def saved(name):
+        return json.loads((results / f"{name}.json").read_text())
+
+    pages = {"table1_tiny.md": table1.markdown(saved("table1_tiny")),
+             "two_strategy.md": two.page(saved("two_strategy"))}
+    for path in sorted(results.glob("categorical_*.json")):
+        pages[f"{path.stem}.md"] = categorical.page(saved(path.stem))
+    names = ["see_it_happen_confirmation", "see_it_happen_exploration"]
+    runs = [saved(name) for name in names]
+    for name, run in zip(names, runs):
+        args = SimpleNamespace(**{**vars(see.parse_args([])), **run["config"]})
+        pages[f"{name}.md"] = report.markdown(run, args)
+    pages["see_it_happen.md"] = report.page_markdown(*runs, see.PROTOCOL, names)
+    return pages
 
 
-def test_a_time_measured_by_hand_says_where_and_when(tmp_path):
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    assert not _undated_times(pages), "\n".join(_undated_times(pages))
-    bad = tmp_path / "bad.md"  # and it finds one, not a dated one nor an estimate
-    bad.write_text("## A\n\nIt took 12 s on 2 idle cores.\n\nIt took 12 s on 2 cores at commit "
-                   "abc1234.\n\nAbout 4 minutes a step on 8 GPUs.\n\n| a | 3 s |\n")
-    assert _undated_times([bad]) == ["bad.md: It took 12 s on 2 idle cores."]
+def _results_pages_unlike_their_json(results=RESULTS):
+    pages = _results_pages(results)
+    committed = {p.name for p in results.glob("*.md")} - NOT_REGENERATED
+    return sorted(committed ^ set(pages)) + sorted(
+        name for name in committed & set(pages) if (results / name).read_text() != pages[name])
 
 
-# ---------------------------------------------------------------- no figure without a source
-# A figure that looks measured (a time, memory or disk, a ratio "1.4x", a percentage, a signed
-# difference, an interval, "N of M") in the README, CONTRIBUTING.md or docs/ stands where FIGURES
-# reads it from its source: a results file, the code (a constant, a default, what it prints),
-# PAPER_NUMBERS, or arithmetic on those that the reader redoes. One that has none is removed, or
-# gets a results file. "95% t interval" names a statistic, not a figure.
-NUM = r"(?<![\w.])\d[\d,]*(?:\.\d+)?"
-SPAN = NUM + r"(?:\s?(?:-|to)\s?\d[\d,]*(?:\.\d+)?)?"  # 4-6, 1.5 to 1.8
-LOOKS_MEASURED = re.compile("|".join([
-    SPAN + r" ?(?:ms|s|seconds?|min|minutes?|h|hours?|days?|CPU-min|GPU-hours?)\b",
-    SPAN + r" ?(?:[KMGT]i?B|bytes|terabytes)\b",
-    NUM + r"x\b",
-    SPAN + r" ?%(?! (?:t |Student-t )?interval)",
-    r"(?<![\w.])[+\-\u2212]\d+\.\d\d+",
-    r"\[[+\-\u2212]?\d+\.\d+, [+\-\u2212]?\d+\.\d+\]",
-    NUM + r" of (?:the |its )?\d[\d,]*\b"]))
+def test_every_results_page_is_its_writers_from_its_json(tmp_path):
+    assert _results_pages_unlike_their_json() == []
+    results = tmp_path / "results"  # and it fails on a figure changed in a JSON or a page
+    shutil.copytree(RESULTS, results, ignore=shutil.ignore_patterns("*.png", "peers.*"))
+    tiny = json.loads((results / "table1_tiny.json").read_text())
+    tiny["runs"]["f-dapo"]["mean"]["math_avg"]["1"] += 0.001
+    (results / "table1_tiny.json").write_text(json.dumps(tiny))
+    page = results / "two_strategy.md"
+    page.write_text(page.read_text().replace("| 1 | 0.05 |", "| 1 | 0.06 |", 1))
+    (results / "new.md").write_text("a page no writer makes\n")
+    assert _results_pages_unlike_their_json(results) == ["new.md", "table1_tiny.md",
+                                                         "two_strategy.md"]
 
 
-def unregistered_figures(pages, figures, root=ROOT):
-    """Each figure of `pages` that looks measured and has a number that no figure of `figures`
-    reads from a source where it stands, as "page: the figure in its words around"."""
-    texts, files = _pages_and_sources(figures, root)
-    fields = {}  # page -> where a figure read from a source stands in it
-    for figure in figures:
-        said, spans = _said(figure, files)
-        at = texts[figure.page].find(said)
-        while at >= 0:
-            fields.setdefault(figure.page, []).extend((at + a, at + b) for a, b in spans)
-            at = texts[figure.page].find(said, at + 1)
-    found = []
-    for page in pages:
-        text = " ".join((root / page).read_text().split())
-        for hit in LOOKS_MEASURED.finditer(text):
-            numbers = [(hit.start() + m.start(), hit.start() + m.end())
-                       for m in re.finditer(r"\d(?:[\d,.]*\d)?", hit.group())]
-            if not all(any(a <= x and y <= b for a, b in fields.get(page, ()))
-                       for x, y in numbers):
-                around = text[max(0, hit.start() - 40):hit.end() + 20]
-                found.append(f"{page}: {hit.group()!r} in {around!r}")
-    return found
-
-
-def test_no_figure_in_the_docs_without_a_registered_source():
-    found = unregistered_figures([str(p.relative_to(ROOT)) for p in DOCS], FIGURES)
-    assert not found, "a figure with no source in FIGURES (CONTRIBUTING.md):\n" + "\n".join(found)
-
-
-def test_a_planted_or_changed_figure_fails_the_scan(tmp_path):
-    names = {f.page for f in FIGURES} | {n for f in FIGURES for n in _files(f)} | {"docs/bench.md"}
-    for name in (n for n in names if (ROOT / n).is_file()):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / name, tmp_path / name)
-    bench = tmp_path / "docs" / "bench.md"
-    bench.write_text(bench.read_text() + "\nA bench run takes 42 s.\n")
-    planted = [f for f in unregistered_figures(["docs/bench.md"], FIGURES, tmp_path) if "42" in f]
-    assert [f.split(" in ")[0] for f in planted] == ["docs/bench.md: '42 s'"]
-    readme = tmp_path / "README.md"  # a figure of the demo's output changed by hand
-    line = next(x for x in readme.read_text().splitlines() if x.startswith("step 2/"))
-    changed = re.sub(r"loss [+-]\d", "loss -7", line)
-    assert changed != line
-    readme.write_text(readme.read_text().replace(line, changed))
-    found = [f.split(" in ")[0] for f in unregistered_figures(["README.md"], FIGURES, tmp_path)]
-    assert f"README.md: '{changed.split('loss ')[1][:5]}'" in found  # and the rest of its line
-    assert [m.split(": ")[0] for m in figures_missing(FIGURES, tmp_path)] == ["README.md"]
