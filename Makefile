@@ -68,7 +68,7 @@ NO_VERL = note: verl could not be installed into $(PARITY_DEPS) (pip's error abo
 export NO_VERL
 
 # where pip cannot install verl (no package index), one line says so and make test goes on
-parity-deps:  ## verl into PARITY_DEPS (23 MB, seconds), once: for make parity and make test
+parity-deps:  ## verl into PARITY_DEPS, once: for make parity and make test
 	@test "$$(cat $(PARITY_DEPS)/.installed 2>/dev/null)" = "$(PARITY_PKGS)" || { \
 		$(PYTHON) -m pip install -q --no-deps --upgrade --target $(PARITY_DEPS) $(PARITY_PKGS) && \
 		echo "$(PARITY_PKGS)" > $(PARITY_DEPS)/.installed || echo "$$NO_VERL"; }

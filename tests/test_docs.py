@@ -1087,7 +1087,6 @@ NUMBERS = {  # each page's entries together: a page rewritten brings its list al
 # exactly as it did: the first change to it brings it under the scan (its NUMBERS entries due).
 PENDING = {
     "docs/gpu-check.md": "4cce0f6f77e241cb27e183d37c390d1c1c9803c5bce2b41c3228f806cd2823d6",
-    MAKE_HELP: "verl into PARITY_DEPS (23 MB, seconds), once: for make parity and make test",
 }
 
 
