@@ -602,7 +602,7 @@ def amendment_markdown(amendment, quick):
     new = [a for a in AMENDMENT["arms"] if a not in ARMS]
     lines = [f"## The amendment: {' and '.join(new)} (added after the results were seen)", "",
              f"experiments/{AMENDMENT_PATH.name}, committed at "
-             f"{report.committed(AMENDMENT_PATH)}, before its runs; its [why] says why. "
+             f"{amendment['protocol_commit']}, before its runs; its [why] says why. "
              + times_line(amendment, " --amendment" + " --quick" * quick) + " F-DAPO and DAPO "
              "ran again beside the new arms, from base models rebuilt on the same seeds: these "
              f"differ from the grid's by at most {worst:.3f} in any held-out mass.", ""]
@@ -710,16 +710,17 @@ def tradeoff_figure(path, arms, base):
     plt = pyplot()
     if plt is None:
         return None
-    fig, axes = plt.subplots(1, len(TRADEOFF_KS), figsize=(12, 5), layout="tight")
+    fig, axes = plt.subplots(1, len(TRADEOFF_KS), figsize=(14, 5), layout="constrained")
     colors = plt.get_cmap("tab20").colors
     for ax, k in zip(axes, TRADEOFF_KS):
         for color, (name, paths) in zip(colors, arms.items()):
             curve = tradeoff.mean_frontier(points(paths, k))
-            ax.plot(list(curve), list(curve.values()), color=color, label=name)
+            style = "--" if name not in ARMS else "-"  # the amendment's runs
+            ax.plot(list(curve), list(curve.values()), style, color=color, label=name)
         ax.plot(base["pass@1"], base[f"pass@{k}"], "k*", markersize=12, label="base model")
         ax.set(xlabel="pass@1", ylabel=f"best pass@{k} at pass@1 at least x",
                title=f"pass@{k} against pass@1, mean over seeds")
-    axes[0].legend(fontsize=7, ncol=2)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right center", fontsize=8)
     fig.savefig(path, dpi=110)
     return fig
 
@@ -732,7 +733,7 @@ def markdown(result, amendment=None, figure="peers_tradeoff.png"):
     sets = {name: f"{seeds[0]}-{seeds[-1]}" for name, seeds in result["seed_sets"].items()}
     lines = [f"# F-GRPO among its peers: {KEY}, seeds {sets['all']} (GRPO, CISPO: "
              f"{sets['base']})", "", f"The protocol, experiments/{PROTOCOL_PATH.name}, was "
-             f"committed at {report.committed(PROTOCOL_PATH)}. "
+             f"committed at {result['protocol_commit']}. "
              + times_line(result, " --quick" * quick), ""]
     lines += grid_primary_markdown(summary)
     if amendment:
@@ -820,8 +821,9 @@ def run(args, toy):
              "runs_cpu_s": sum(r.get("cpu_s", 0) for r in runs), "load": os.getloadavg()[0]}
     config = {"quick": args.quick, "workers": args.workers, "lrs": toy.lrs, "steps": toy.steps,
               "levels": toy.levels, "arms": toy.arms}
+    protocol = AMENDMENT_PATH if args.amendment else PROTOCOL_PATH
     result = {"config": config, "seed_sets": toy.seed_sets, "heldout": heldout, "seeds": seeds,
-              "summary": summary, "times": times}
+              "summary": summary, "times": times, "protocol_commit": report.committed(protocol)}
     path = amendment_path if args.amendment else grid_path
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result))

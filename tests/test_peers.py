@@ -332,6 +332,15 @@ def test_the_amendment_runs_its_own_arms_and_refuses_to_change_the_grids(peers, 
         peers.check_protocol()
 
 
+def test_the_committed_page_is_its_results_files_read_again(peers):
+    # experiments/results/peers.md is a function of peers.json and peers_amendment.json alone
+    results = ROOT / "experiments" / "results"
+    grid, amendment = (json.loads(p.read_text()) for p in peers.result_paths(results, False))
+    figure = "peers_tradeoff.png"
+    assert peers.markdown(grid, amendment, figure) == (results / "peers.md").read_text()
+    assert (results / figure).exists()
+
+
 def test_quick_never_writes_into_experiments_results(peers):
     with pytest.raises(SystemExit):
         peers.parse_args(["--quick", "--out", str(ROOT / "experiments" / "results")])
