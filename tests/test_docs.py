@@ -399,6 +399,8 @@ PARITY = "checks/parity_results.json"
 MUTATION = "checks/mutation_results.json"
 PEERS = "experiments/results/peers.json"
 PEERS_PROTOCOL = "experiments/peers_protocol.toml"
+PEERS_AMENDMENT = "experiments/results/peers_amendment.json"
+PEERS_AMENDMENT_PROTOCOL = "experiments/peers_amendment.toml"
 TWO = "experiments/results/two_strategy.json"
 TINY = "experiments/results/table1_tiny.json"
 CAT_LR3 = "experiments/results/categorical_adamw_lr0.001.json"
@@ -485,10 +487,67 @@ def demo_gamma(makefile, code):  # make demo's --gamma, the largest of the paper
     return gamma
 
 
-def peer_gap(gap):  # a peer's gap to F-DAPO as the README's table prints it
-    if gap is None:
-        return "no seed matched"
-    return f"{gap['mean']:+.3f} [{gap['lo']:+.3f}, {gap['hi']:+.3f}]"
+# the peers' reading: experiments/peers.py over the grid's results and the amendment's, as the
+# page (peers.md) reads them
+PEERS_READ = ("experiments/peers.py", PEERS, PEERS_AMENDMENT)
+_PEER_ARMS = {}
+
+
+def peer_arms(sources):  # {arm: per seed, its runs} of both results files, computed once
+    key = tuple(id(s) for s in sources)
+    if key not in _PEER_ARMS:
+        peers, grid, amendment = sources
+        _PEER_ARMS[key] = peers.tradeoff_arms(grid, amendment)
+    return _PEER_ARMS[key]
+
+
+def peer_k(protocol, suffix):  # the k of PKPO and Pass@k Training's arms (one k for both)
+    ks = {protocol["arms"][arm + suffix]["k"] for arm in ("pkpo", "passk_training")}
+    assert len(ks) == 1
+    return ks.pop()
+
+
+def peer_base(*sources):  # the base model's metrics, mean over the grid's seeds
+    return sources[0].base_point(peer_arms(sources))
+
+
+def peer_ended(sources, arm):  # pass@1 and pass@16 where the arm's runs ended
+    peers = sources[0]
+    paths = peer_arms(sources)[arm]
+    return tuple(peers.tradeoff.ended(paths, f"pass@{k}") for k in (1, peers.TRADEOFF_KS[0]))
+
+
+def peer_reach(sources, arm, i):  # the arm's reach at the i-th k of the trade-off
+    peers = sources[0]
+    return peers.tradeoff.summary(peers.points(peer_arms(sources)[arm], peers.TRADEOFF_KS[i]))
+
+
+def peer_share(sources, arm):  # the rare share where the arm's runs ended; the base model's equal
+    share = sources[0].tradeoff.ended(peer_arms(sources)[arm], "rare share")
+    assert arm != "f_dapo" or f"{share:.3f}" == f"{peer_base(*sources)['rare share']:.3f}"
+    return share
+
+
+def peer_pair(sources, a, b):  # b against a at pass@16 over all their runs (peers.md's pairs)
+    peers = sources[0]
+    arms = peer_arms(sources)
+    k = peers.TRADEOFF_KS[0]
+    return peers.tradeoff.pair(peers.points(arms[a], k), peers.points(arms[b], k))
+
+
+def peer_primary(sources, run, arm):  # a peer's [primary] row, of the grid or the amendment
+    return sources[1 if run == "grid" else 2]["summary"]["primary"][arm]
+
+
+def peer_gap(sources, run, arm):  # its gap to F-DAPO: mean, lo, hi
+    gap = peer_primary(sources, run, arm)["gap"]
+    return gap["mean"], gap["lo"], gap["hi"]
+
+
+def peer_verdict(sources, run, arm):  # its verdict, as the page reads it (the amended rule)
+    row = peer_primary(sources, run, arm)
+    alpha = (sources[0].PRIMARY if run == "grid" else sources[0].AMENDMENT["primary"])["alpha"]
+    return sources[0].verdict(row["gap"], row["p_holm"], alpha)
 
 
 def at(*paths):
@@ -654,12 +713,6 @@ def collective_hours(code):  # how long a collective of fgrpo.train waits
     return int(re.search(r"timedelta\(hours=(\d+)\)", inspect.getsource(code))[1])
 
 
-def peer_gap(gap):  # a peer's gap to F-DAPO as the README's table prints it
-    if gap is None:
-        return "no seed matched"
-    return f"{gap['mean']:+.3f} [{gap['lo']:+.3f}, {gap['hi']:+.3f}]"
-
-
 def paper_sizes(table1, gpu_check, flags, code):  # bytes, minutes and counts, by name
     shape, params, gpus = gpu_check.QWEN25_7B, table1.PARAMS_B["Qwen/Qwen2.5-7B"], table1.PLAN_GPUS
     hidden, vocab, layers = shape["hidden_size"], shape["vocab_size"], shape["num_hidden_layers"]
@@ -821,20 +874,37 @@ PEERS_README = [
     Figure("against {} methods built for pass@k", PEERS_PROTOCOL,
            lambda d: WORDS[sum("peer" in arm for arm in d["arms"].values())]),
     Figure("adapted to groups of {}", PEERS_PROTOCOL, lambda d: d["design"]["n"]),
-    Figure("at pass@{} at matched pass@1, Holm-adjusted over the peers: {}.", PEERS,
-           lambda d: (d["summary"]["headline_k"], "; ".join(
-               f"{peer}: {r['verdict']}" for peer, r in d["summary"]["primary"].items()))),
     Figure("shows its gain (seeds {}-{})", SHAPED,
            lambda d: (d["seeds"][0]["seed"], d["seeds"][-1]["seed"])),
-    Declared("Mean [95% t interval]", FORMULA),
+    Figure("each peer minus F-DAPO in pass@{} at matched pass@1", PEERS,
+           lambda d: d["summary"]["headline_k"]),
+    Declared("mean [95% t interval]", FORMULA),
     Figure("over seeds {}-{}", PEERS_PROTOCOL,
            lambda d: (d["seeds"]["all"][0], sum(d["seeds"]["all"]) - 1)),
-    *(Figure("| " + peer + " | {} | {:.3f} | {} |", PEERS, lambda d, peer=peer: (
-        peer_gap(d["summary"]["primary"][peer]["gap"]), d["summary"]["top_pass1"][peer]["mean"],
-        d["summary"]["primary"][peer]["verdict"]))
-      for peer in ("pkpo", "passk_training", "unlikeliness", "w_reinforce", "maxrl", "darling")),
-    Figure("| f_dapo | (itself) | {:.3f} |", PEERS,
-           lambda d: d["summary"]["top_pass1"]["f_dapo"]["mean"]),
+    Figure("PKPO and Pass@k Training at k {} traded", PEERS_PROTOCOL, lambda d: peer_k(d, "")),
+    Figure("the base model's pass@1 ({:.3f})", PEERS_READ, lambda *s: peer_base(*s)["pass@1"]),
+    Figure("ran both at k {}", PEERS_AMENDMENT_PROTOCOL, lambda d: peer_k(d, "_k2")),
+    Figure("| F-DAPO | (itself) | | {:.3f} / {:.3f} |", PEERS_READ,
+           lambda *s: peer_ended(s, "f_dapo")),
+    *(Figure(f"| {name}, k {{}} | no seed matched | {{}} | {{:.3f}} / {{:.3f}} |", PEERS_READ,
+             lambda *s, arm=arm: (s[1]["config"]["arms"][arm]["k"],
+                                  peer_verdict(s, "grid", arm), *peer_ended(s, arm)))
+      for name, arm in (("PKPO", "pkpo"), ("Pass@k Training", "passk_training"))),
+    *(Figure(f"| {name}, k {{}} (amendment) | {CI3} | {{}} | {{:.3f}} / {{:.3f}} |", PEERS_READ,
+             lambda *s, arm=arm: (s[2]["config"]["arms"][arm]["k"], *peer_gap(s, "amendment", arm),
+                                  peer_verdict(s, "amendment", arm), *peer_ended(s, arm)))
+      for name, arm in (("PKPO", "pkpo_k2"), ("Pass@k Training", "passk_training_k2"))),
+    *(Figure(f"| {name} | {CI3} | {{}} | {{:.3f}} / {{:.3f}} |", PEERS_READ,
+             lambda *s, arm=arm: (*peer_gap(s, "grid", arm), peer_verdict(s, "grid", arm),
+                                  *peer_ended(s, arm)))
+      for name, arm in (("unlikeliness reward", "unlikeliness"), ("W-REINFORCE", "w_reinforce"),
+                        ("MaxRL", "maxrl"))),
+    Figure(f"| DARLING ({{}} seeds matched) | {CI3} | {{}} | {{:.3f}} / {{:.3f}} |", PEERS_READ,
+           lambda *s: (s[1]["summary"]["primary"]["darling"]["gap"]["n"],
+                       *peer_gap(s, "grid", "darling"), peer_verdict(s, "grid", "darling"),
+                       *peer_ended(s, "darling"))),
+    Figure("every arm's best pass@{} is within {:.3f} of certainty", PEERS_READ, lambda *s: (
+        s[0].TRADEOFF_KS[-1], 1 - min(peer_reach(s, arm, -1)["best"] for arm in peer_arms(s)))),
 ]
 CONTRIBUTING = [
     Figure("at most {} characters in every tracked .py file, the Makefile and the docs; none over "
@@ -1062,14 +1132,25 @@ WHY_FOCAL = [
 PEERS_WHY_FOCAL = [
     Figure("adapted to groups of {}", PEERS_PROTOCOL, lambda d: d["design"]["n"]),
     *(Declared(x, FORMULA) for x in ("k (1 - mu)^(k-1)", "N (1 - (1 - mu)^(N-1)) / mu",
-                                     "N (1 + lambda)", "moving towards 1 and 0",
+                                     "N (1 + lambda)",
                                      "give 0 to a group with under k - 1 or under k wrong",
                                      "nearly 0", "at every k past 1")),
     *(Declared(x, WORDING) for x in ("on one direction", "the two regions",
-                                     "Of the two that look at the sample")),
+                                     "the one k the two were compared at")),
     Figure("near mu {:.1f} (\"both\", \"common\") and {:.2f} (\"rare\")", SEEN,
            lambda d: (first_digit_mass(d), seen("base", "rare mass", 0)(d))),
     Figure("so near mu {:.1f}", SEEN, first_digit_mass),
+    Figure("PKPO and Pass@k Training at k {} pushed", PEERS_PROTOCOL, lambda d: peer_k(d, "")),
+    Figure("ended at {:.3f} and {:.3f} (F-DAPO's {:.3f}, the base model's too)", PEERS_READ,
+           lambda *s: (*(peer_share(s, arm) for arm in ("pkpo", "passk_training", "f_dapo")),)),
+    Figure("At k {} (the amendment)", PEERS_AMENDMENT_PROTOCOL, lambda d: peer_k(d, "_k2")),
+    Figure("Pass@k Training's at k {} wherever", PEERS_PROTOCOL, lambda d: peer_k(d, "")),
+    Figure("at or above DAPO's on {} of {} seeds", PEERS_READ, lambda *s: (
+        peer_pair(s, "f_dapo", "dapo")["a_at_least_b"], peer_pair(s, "f_dapo", "dapo")["overlap"])),
+    Figure("PKPO at k {} shares a pass@1 range with F-DAPO on {} seeds of {}; on the other {},",
+           PEERS_READ, lambda *s: (s[0].PROTOCOL["arms"]["pkpo"]["k"],
+                                   peer_pair(s, "f_dapo", "pkpo")["overlap"], len(s[1]["seeds"]),
+                                   peer_pair(s, "f_dapo", "pkpo")["a_range_above"])),
 ]
 NUMBERS = {  # each page's entries together: a page rewritten brings its list along
     "README.md": README + PEERS_README,
