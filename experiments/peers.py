@@ -693,7 +693,8 @@ def tradeoff_markdown(arms, base, figure):
             "highest, mean over seeds); its best pass@k at any pass@1 (mean over seeds). The "
             "amendment's arms ran on rebuilt base models (above).", "",
             *report.table(head, tradeoff_rows(arms, base)), "",
-            f"![each arm's frontier of pass@k against pass@1, mean over seeds]({figure})", "",
+            f"![each arm's frontier of pass@k against pass@1, mean and 95% t interval over seeds]"
+            f"({figure})", "",
             "Pairs, B vs A: on each seed, B's frontier (its best pass@k at pass@1 at least p) "
             f"minus A's at {tradeoff.SHARED} points of the pass@1 range both visited, averaged; "
             "mean [95% t interval] over the seeds where the ranges overlap; on how many of "
@@ -705,8 +706,9 @@ def tradeoff_markdown(arms, base, figure):
 
 
 def tradeoff_figure(path, arms, base):
-    """Each arm's mean frontier of pass@k against pass@1, a panel per k of TRADEOFF_KS, the base
-    model marked; written to `path` and returned, or None without matplotlib."""
+    """Each arm's mean frontier of pass@k against pass@1 with its 95% t interval over seeds, a
+    panel per k of TRADEOFF_KS, the base model marked; written to `path` and returned, or None
+    without matplotlib."""
     plt = pyplot()
     if plt is None:
         return None
@@ -716,7 +718,11 @@ def tradeoff_figure(path, arms, base):
         for color, (name, paths) in zip(colors, arms.items()):
             curve = tradeoff.mean_frontier(points(paths, k))
             style = "--" if name not in ARMS else "-"  # the amendment's runs
-            ax.plot(list(curve), list(curve.values()), style, color=color, label=name)
+            ax.plot(list(curve), [s["mean"] for s in curve.values()], style, color=color,
+                    label=name)
+            band = [(s["lo"], s["hi"]) for s in curve.values() if s["lo"] is not None]
+            if len(band) == len(curve):  # one seed has no interval
+                ax.fill_between(list(curve), *zip(*band), color=color, alpha=0.15, lw=0)
         ax.plot(base["pass@1"], base[f"pass@{k}"], "k*", markersize=12, label="base model")
         ax.set(xlabel="pass@1", ylabel=f"best pass@{k} at pass@1 at least x",
                title=f"pass@{k} against pass@1, mean over seeds")

@@ -84,14 +84,15 @@ def pair(points_a, points_b):
 
 
 def mean_frontier(points_by_seed):
-    """{pass@1: mean over seeds of the frontier} on GRID, from the lowest pass@1 any seed visited
-    up to the lowest of the seeds' top pass@1 (where every seed has a frontier)."""
+    """{pass@1: the frontier's mean over seeds with its 95% t interval (paired.paired_summary)} on
+    GRID, from the lowest pass@1 any seed visited up to the lowest of the seeds' top pass@1 (where
+    every seed has a frontier)."""
     seeds = [pts for pts in points_by_seed if pts]
     if not seeds:
         return {}
     lo = min(reach(pts)[0] for pts in seeds)
     hi = min(reach(pts)[1] for pts in seeds)
-    return {p: statistics.fmean(frontier(pts, p) for pts in seeds) for p in GRID if lo <= p <= hi}
+    return {p: paired_summary([frontier(pts, p) for pts in seeds]) for p in GRID if lo <= p <= hi}
 
 
 def summary(points_by_seed):

@@ -468,7 +468,9 @@ def test_mean_frontier_only_where_every_seed_has_one(tradeoff):
     seeds = [[(0.50, 0.9), (0.60, 0.8)], [(0.55, 0.7), (0.58, 0.6)], []]
     curve = tradeoff.mean_frontier(seeds)
     assert min(curve) == 0.5 and max(curve) == 0.58  # from the lowest visited to the lowest top
-    assert curve[0.5] == pytest.approx((0.9 + 0.7) / 2)
-    assert curve[0.56] == pytest.approx((0.8 + 0.6) / 2)
+    assert curve[0.5]["mean"] == pytest.approx((0.9 + 0.7) / 2) and curve[0.5]["n"] == 2
+    assert curve[0.56]["mean"] == pytest.approx((0.8 + 0.6) / 2)
+    # the t interval of two values a, b: mean -/+ t(0.975, 1) |a - b| / 2 (t = 12.706)
+    assert curve[0.56]["hi"] - curve[0.56]["mean"] == pytest.approx(12.706 * 0.1, rel=1e-4)
     assert tradeoff.summary(seeds) == pytest.approx(
         {"seeds": 2, "low": 0.525, "top": 0.59, "best": 0.8})
