@@ -684,12 +684,12 @@ def base_point(arms):
     return {m: statistics.fmean(s[m] for s in starts) for m in starts[0] if m != "step"}
 
 
-def tradeoff_markdown(arms, base, figure):
+def tradeoff_markdown(arms, base, figure, steps):
     head = ["arm", "seeds", "ended: pass@1", f"pass@{TRADEOFF_KS[0]}", "rare share",
             "pass@1 from", "to", *(f"best pass@{k}" for k in TRADEOFF_KS)]
     return ["## pass@1 against pass@k (added after the results were seen)", "",
-            "Each arm's runs where they ended (step 96, the mean over its stable runs, then over "
-            "seeds); the range of pass@1 its measurements visited (each seed's lowest and "
+            f"Each arm's runs where they ended (step {steps}, the mean over its stable runs, then "
+            "over seeds); the range of pass@1 its measurements visited (each seed's lowest and "
             "highest, mean over seeds); its best pass@k at any pass@1 (mean over seeds). The "
             "amendment's arms ran on rebuilt base models (above).", "",
             *report.table(head, tradeoff_rows(arms, base)), "",
@@ -745,7 +745,7 @@ def markdown(result, amendment=None, figure="peers_tradeoff.png"):
     if amendment:
         lines += amendment_markdown(amendment, quick)
     arms = tradeoff_arms(result, amendment)
-    lines += tradeoff_markdown(arms, base_point(arms), figure)
+    lines += tradeoff_markdown(arms, base_point(arms), figure, result["config"]["steps"])
     lines += every_k_markdown("Every arm minus DAPO, every k", "At matched pass@1 on the seeds "
                               "both ran, mean over levels [95% t interval] over seeds.",
                               summary["minus_dapo"])
