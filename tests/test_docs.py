@@ -512,7 +512,7 @@ def gpu_plan_minutes(g):  # gpu_check.py's plan in minutes, without vLLM and wit
 
 
 def check_gpus_bytes(code):  # the bytes a parameter fgrpo.check_gpus plans for
-    return int(re.search(r"need = (\d+) \* params", inspect.getsource(code.check_gpus))[1])
+    return int(re.search(r"return (\d+) \* params", inspect.getsource(code.gpu_plan_gib))[1])
 
 
 def command_checkpoint(g):  # the command part's checkpoint, as its plan prints it: bytes, 7B GB
