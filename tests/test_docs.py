@@ -27,7 +27,7 @@ DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").gl
 # lines a file where it has one
 LINE_LIMIT = 100
 FUNCTION_LIMIT = 50
-FILE_LIMITS = {"fgrpo.py": 1000, "eval.py": 400}
+FILE_LIMITS = {"fgrpo.py": 1000, "eval.py": 400, "checks/gpu_check.py": 900}
 
 
 # ---------------------------------------------------------------- the docs' commands
