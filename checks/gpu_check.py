@@ -530,7 +530,7 @@ def run_rows(run):  # run_hooks' rows of a run: {rank: [rows]}
 # what a step starts from (state_row) in a failure's words, and where fgrpo restores it
 RESTORED = {"weights": "weights (the checkpoint's model)",
             "optimizer": "AdamW state (load_state: set_optimizer_state_dict)",
-            "param_groups": "AdamW param groups, the lr among them (load_state)",
+            "param_groups": "AdamW param groups, the lr among them (set_optimizer_state_dict)",
             "scheduler": "lr scheduler state (load_state: sched.load_state_dict)",
             "position": "data position (load_state: the checkpoint's data_pos)",
             "problems": "problems (problems_at at the data position)",
@@ -671,12 +671,12 @@ def cannot_run(chosen, a):
 
 def command_flags(a, chosen, work, ranks):
     """fgrpo's flags of the command's run: the tiny demo's, TINY_STEPS steps at batch sizes the
-    ranks divide; else the paper's but COMMAND_SIZES (the prompts over the ranks, a quarter of
-    them an optimiser step, as the paper's) and COMMAND_STEPS. A checkpoint every step."""
+    ranks divide, the paper's warm-up (the lr still rising at the stop: a lost scheduler shows);
+    else the paper's but COMMAND_SIZES (4 optimiser steps a rollout) and COMMAND_STEPS."""
     if chosen["model"] == "tiny":
         mini_batch = ranks * math.ceil(8 / ranks)  # the demo's 8, or the least multiple of ranks
         flags = ["--model", "tiny", "--steps", TINY_STEPS, "--prompts", 4 * mini_batch,
-                 "--mini-batch", mini_batch, "--vllm-mem", 0.1]
+                 "--mini-batch", mini_batch, "--vllm-mem", 0.1, "--warmup", 15]
     else:
         sizes = COMMAND_SIZES[a.device]
         prompts = sizes["prompts_per_rank"] * ranks

@@ -162,6 +162,12 @@ import torch, fgrpo, gpu_check
 state = {}
 gpu_check.part_setup(state, "cpu")  # a CPU's model, untied, under FSDP2 in a gloo group of one
 model, sync_weights = state["model"], fgrpo.sync_weights
+args = fgrpo.parse_args(["--model", "m", "--rollout", "vllm", "--prompts", "4", "--n", "2",
+                         "--mini-batch", "1", "--max-new-tokens", "16", "--max-prompt-len", "64",
+                         "--lr", "1e-3", "--warmup", "0", "--vllm-mem", "0.3"])
+tok = fgrpo.build_tiny(0, warm_steps=0)[1]
+engine = gpu_check.Recorder(gpu_check.start_engine(model, tok, args, tempfile.mkdtemp()))
+problems = [{"problem": f"max({d},2,3,4,5)=", "answer": "9"} for d in (1, 6, 7, 8)]
 def planted(kind, name):  # a sync that skips `name`, or streams it as it was before the step
     def sync(engine, model):
         every = model.state_dict
@@ -178,7 +184,12 @@ for bug in sys.argv[2:]:
     gpu_check.reshard(model)
     cached = {k: gpu_check.local(v).clone() for k, v in model.state_dict().items()}
     fgrpo.sync_weights = planted(kind, name) if name else sync_weights
-    found[bug] = gpu_check.part_step(model, state["device"], (4, 2, 16), tempfile.mkdtemp(), True)
+    engine.calls = []
+    opt = fgrpo.build_optimizer(model, args)[0]
+    try:
+        found[bug] = gpu_check.judge_sync(model, tok, engine, opt, problems, args)
+    except RuntimeError as e:  # as run_parts reports it
+        found[bug] = [{}, [str(e)]]
 print("RESULT " + json.dumps(found))
 """
 
@@ -222,7 +233,7 @@ def test_gpu_check_judges_the_placement_fgrpo_shard_makes_for_a_gpu():
         fully_shard(plain, mp_policy=MixedPrecisionPolicy(torch.bfloat16, torch.bfloat16))
         assert gpu_check.placement(plain) == [
             "activation checkpointing is off (fgrpo.shard enables it on a GPU)",
-            "FSDP2 shards 1 modules, not every decoder layer and the root",
+            "FSDP2 shards 1 modules, not each decoder layer and the root",
             "FSDP2 computes in torch.bfloat16 and reduces gradients in torch.bfloat16, not bf16 "
             "and fp32 (fgrpo.shard's policy)"]
     finally:
@@ -270,7 +281,7 @@ def test_gpu_check_judges_a_resume_by_the_state_it_restores(tiny_saved, tmp_path
                        (["position"], "data position (load_state: the checkpoint's data_pos) "
                         "(position 0, not 8)"),
                        (["param_groups", "lr"], "AdamW param groups, the lr among them "
-                        "(load_state) (lr 0.001, not 0.003)")):
+                        "(set_optimizer_state_dict) (lr 0.001, not 0.003)")):
         lost = {**rows[0][-3], **{k: fresh[k] for k in keys}}
         assert rows[0][-3]["starts"] == 3 and rows[0][-3]["process"] != fresh["process"]
         failures = gpu_check.judge_resume({0: [*rows[0][:-3], lost, *rows[0][-2:]]}, saved)
@@ -306,23 +317,36 @@ def test_gpu_check_resume_judge_names_each_difference_by_hand():
         "process did (save_checkpoint)"]
 
 
-def test_gpu_check_judges_memory_against_check_gpus_plan_by_hand():
-    # a rank's rows as memory_row writes them on a GPU of 80 GiB: the process's first step found
-    # 30 GiB allocated, 10 of them the trainer's own, so vLLM's 20; its steps peaked at 45 and 50
-    # GiB, the trainer's 25 and 30. check_gpus' plan: 8 GiB for the trainer (and vLLM's 40);
-    # 8 + a quarter of 80 = 28 < 30: it fails, naming the plan; at a peak of 47 (27) it passes
+def test_gpu_check_judges_memory_against_check_gpus_plan_by_hand(monkeypatch):
+    # memory_row on a GPU of 80 GiB, played: the trainer holds a parameter of 2^28 fp32 values and
+    # AdamW's two moments of it (meta tensors: 3 GiB, none allocated here). Its first call finds
+    # 23 GiB allocated: vLLM's share 20. check_gpus' plan: 16 bytes x 2^28 = 4 GiB for the trainer,
+    # --vllm-mem 0.5 of the GPU (40) for vLLM. A step that peaks at 50 GiB is the trainer's 30,
+    # over 4 + a quarter of 80 = 24: it fails, naming the plan; one at 40 (20) passes
+    from types import SimpleNamespace
     gpu_check = _gpu_check()
-    def rows(peak):
-        base = {"process": "a", "uuid": "u0", "gpu_gib": 80.0, "own_gib": 10.0,
-                "plan_gib": [8.0, 40.0], "allocated_gib": 30.0}
-        return {0: [{**base, "peak_gib": 12.0}, {**base, "peak_gib": 45.0, "allocated_gib": 11.0},
-                    {**base, "peak_gib": peak, "allocated_gib": 11.0}]}
-    report, failures = gpu_check.judge_memory(rows(50.0))
-    assert report[0]["trainer_peak_gib"] == 30.0 and report[0]["vllm_gib"] == 20.0
-    assert failures == ["rank 0: the trainer's peak, 30.0 GiB, passes check_gpus' plan of 8.0 GiB "
+    weight = torch.nn.Parameter(torch.empty(2**28, device="meta"))
+    model = torch.nn.ParameterList([weight])
+    opt = SimpleNamespace(state={weight: {"exp_avg": torch.empty(2**28, device="meta"),
+                                          "exp_avg_sq": torch.empty(2**28, device="meta")}})
+    card = SimpleNamespace(uuid="GPU-5a8b", total_memory=80 * 2**30)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: card)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 23 * 2**30)
+    args = fgrpo.parse_args(["--rollout", "vllm"])
+    seen = {}
+    rows = [gpu_check.memory_row(model, opt, args, seen)]
+    assert rows[0] == {"uuid": "5a8b", "gpu_gib": 80, "plan_gib": (4.0, 40.0), "vllm_gib": 20.0}
+    for peak in (50, 40):
+        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: peak * 2**30)
+        rows.append({**gpu_check.memory_row(model, opt, args, seen), "process": "a"})
+    assert [r.get("trainer_peak_gib") for r in rows] == [None, 30.0, 20.0]
+    report, failures = gpu_check.judge_memory({0: rows})
+    assert report[0]["trainer_peak_gib"] == 30.0 and report[0]["vllm_gib"] == [20.0]
+    assert failures == ["rank 0: the trainer's peak, 30.0 GiB, passes check_gpus' plan of 4.0 GiB "
                         "by over 25% of the GPU: activation checkpointing off, or the plan "
                         "under-counts (fgrpo.gpu_plan_gib)"]
-    assert gpu_check.judge_memory(rows(47.0))[1] == []
+    assert gpu_check.judge_memory({0: [rows[0], rows[2]]})[1] == []
     assert gpu_check.judge_memory({0: [{"starts": 1}]}) == (None, [])  # a CPU measures nothing
 
 
@@ -454,7 +478,7 @@ def test_gpu_check_stops_a_part_at_its_mark_and_ends_a_stuck_one_with_the_check(
     assert out.returncode == 1 and "never here" not in out.stdout, out.stderr[-3000:]
     lines = out.stdout.splitlines()
     assert lines[0] == "[slow] past its mark, stopping it"  # before any teardown
-    assert lines[1].startswith("[slow] FAILED in ") and "OutOfTime: ran out of time" in lines[1]
+    assert lines[1].startswith("[slow] FAILED in ") and "TimeoutError: its share" in lines[1]
     assert lines[2].startswith("[next] ok in ")
     assert lines[3] == "[stuck] FAILED: stuck; the check ends here"
     r = json.loads((tmp_path / "r.json").read_text())
@@ -577,12 +601,14 @@ def _planted_copy(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("bug, said", [
-    ("resume_optimizer_not_restored", "starts from other AdamW state"),
+    ("resume_optimizer_not_restored", "starts from other AdamW param groups"),
     ("resume_scheduler_not_restored", "starts from other lr scheduler state"),
     ("resume_data_position_lost", "starts from other data position")])
 def test_gpu_check_cpu_run_fails_a_planted_resume_bug_saying_what(bug, said, tmp_path):
     # the CPU rehearsal's command part on a copy of the repository with a resume bug planted
-    # (checks/mutants.py): it exits 1, and its line names what the resumed process lost
+    # (checks/mutants.py): it exits 1, and its line names what the resumed process lost. Without
+    # set_optimizer_state_dict, dcp.load still fills AdamW's moments in place (the tensors
+    # get_optimizer_state_dict hands it are the optimizer's own): what is lost is the param groups
     folder = _planted_copy(bug)
     try:
         cmd = [sys.executable, str(folder / "checks" / "gpu_check.py"), "--device", "cpu",
@@ -591,7 +617,8 @@ def test_gpu_check_cpu_run_fails_a_planted_resume_bug_saying_what(bug, said, tmp
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=tmp_path)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    line = next(x for x in out.stdout.splitlines() if x.startswith("[command] "))
+    line = next(x for x in out.stdout.splitlines() if x.startswith("[command] ")
+                and not x.startswith("[command] plan: "))
     assert out.returncode == 1 and line.startswith("[command] FAILED in ") and said in line, line
 
 
