@@ -504,24 +504,16 @@ def plan_evaluation(table1):  # table1.py's estimate of one evaluation of the si
 
 
 GPU_CHECK = "checks/gpu_check.py"
+REHEARSAL = "checks/gpu_rehearsal.json"  # make gpu-check's CPU rehearsal, on the one-GPU stack
 
 
 def gpu_plan_minutes(g):  # gpu_check.py's plan in minutes, without vLLM and with its starts
     plan = sum(g.PLAN_S.values())
-    return plan / 60, (plan + g.VLLM_START_S + g.VLLM_LOOP_S) / 60
+    return plan / 60, (plan + g.VLLM_START_S + g.VLLM_COMMAND_S) / 60
 
 
 def check_gpus_bytes(code):  # the bytes a parameter fgrpo.check_gpus plans for
     return int(re.search(r"return (\d+) \* params", inspect.getsource(code.gpu_plan_gib))[1])
-
-
-def command_checkpoint(g):  # the command part's checkpoint, as its plan prints it: bytes, 7B GB
-    per_param = int(re.search(r"checkpoint_gb = (\d+) \*", inspect.getsource(g.command_plan))[1])
-    return per_param, per_param * g.QWEN25_7B_PARAMS / 1e9
-
-
-def command_minutes(g):  # the command part's expected minutes with the 7B, as its plan prints them
-    return re.search(r"the 7B on 8 H100s about (\d+) minutes", inspect.getsource(g.command_plan))[1]
 
 
 def collective_hours(code):  # how long a collective of fgrpo.train waits
@@ -659,44 +651,22 @@ FIGURES = [
            / g.QWEN25_7B_PARAMS),
     Figure("docs/bench.md", "{:.1%} of the forwards' positions are padding against {:.1%}", BENCH,
            at("raw/lengths/fgrpo/0/pad_frac", "raw/lengths/plain/0/pad_frac")),
-    # ------------------------------------------------ docs/gpu-check.md: gpu_check.py's constants
+    # ------------------------------------------------ docs/gpu-check.md: gpu_check.py's plan, its
+    # CPU rehearsal's results
     Figure("docs/gpu-check.md", "in a plan of {:.0f} minutes ({:.0f} with vLLM) counted from the "
            "process's start", GPU_CHECK, gpu_plan_minutes),
-    Figure("docs/gpu-check.md", "# without vLLM: {:.0f} minutes at most", GPU_CHECK,
-           lambda g: gpu_plan_minutes(g)[0]),
-    Figure("docs/gpu-check.md", "on a CPU one stand-in GPU of {} GiB", GPU_CHECK,
-           lambda g: g.STAND_IN_GIB),
-    Figure("docs/gpu-check.md", "its {:,} parameters (counted by hand) x {} bytes over the GPUs",
-           (GPU_CHECK, "fgrpo.py"), lambda g, code: (g.QWEN25_7B_PARAMS, check_gpus_bytes(code))),
-    Figure("docs/gpu-check.md", "the {} bytes a parameter are a plan, not measured", "fgrpo.py",
-           check_gpus_bytes),
-    Figure("docs/gpu-check.md", "the disk its checkpoints need ({} bytes a parameter, {:.0f} GB "
-           "for the 7B, two at a time during a save)", GPU_CHECK, command_checkpoint),
-    Figure("docs/gpu-check.md", "sized for about {} minutes with the 7B on 8 H100s (never "
-           "measured)", GPU_CHECK, command_minutes),
-    Figure("docs/gpu-check.md", "waits {} s at most (`LOOP_COLLECTIVE_S`; fgrpo.train's own waits "
-           "{} hours)", (GPU_CHECK, "fgrpo.py"),
-           lambda g, code: (g.LOOP_COLLECTIVE_S, collective_hours(code))),
-    Figure("docs/gpu-check.md", "`GRACE_S` ({} s) later", GPU_CHECK, lambda g: g.GRACE_S),
-    # ... and its time plan's table
-    *(Figure("docs/gpu-check.md", f"| {name} | {{}} s |", GPU_CHECK,
-             lambda g, n=name: g.PLAN_S[n])
-      for name in ("setup", "logprobs", "train", "rollout", "memory", "loop")),
-    Figure("docs/gpu-check.md", "| (rollout, vLLM) | +{} s |", GPU_CHECK,
-           lambda g: g.VLLM_START_S),
-    Figure("docs/gpu-check.md", "| (loop, vLLM) | +{} s |", GPU_CHECK, lambda g: g.VLLM_LOOP_S),
-    Figure("docs/gpu-check.md", "| total | {:.0f} s | {:.0f} s with vLLM", GPU_CHECK,
-           lambda g: tuple(60 * m for m in gpu_plan_minutes(g))),
-    Figure("docs/gpu-check.md", "| command (on its own) | {} s |", GPU_CHECK,
-           lambda g: g.COMMAND_S),
-    Figure("docs/gpu-check.md", "passes over {:,} tokens; the plain side's {:.0f} GB of fp32 "
-           "logits", GPU_CHECK, lambda g: (math.prod(g.SIZES["full"]["lp"]),
-                                           math.prod(g.SIZES["full"]["lp"]) * g.VOCAB * 4 / 1e9)),
-    Figure("docs/gpu-check.md", "{} saves of {:.0f} GB |", GPU_CHECK,
-           lambda g: (g.COMMAND_STEPS, command_checkpoint(g)[1])),
-    Figure("docs/gpu-check.md", "the paper's but {} steps of {} prompts a GPU, up to {:,} new "
-           "tokens", GPU_CHECK, lambda g: (g.COMMAND_STEPS, *at(
-               "prompts_per_rank", "max_new_tokens")(g.COMMAND_SIZES["full"]))),
+    *(Figure("docs/gpu-check.md", "| {} s | {:.0f} s |", (GPU_CHECK, REHEARSAL),
+             lambda g, d, n=name: (g.PLAN_S[n], d["seconds"][n]))
+      for name in ("setup", "logprobs", "step", "command")),
+    Figure("docs/gpu-check.md", "| total | | | {} s | {:.0f} s |", (GPU_CHECK, REHEARSAL),
+           lambda g, d: (sum(g.PLAN_S.values()), sum(d["seconds"].values()))),
+    Figure("docs/gpu-check.md", "at commit {}, on 2 shared CPU cores, torch {} and transformers {} "
+           "without vLLM; `make gpu-check` took {:.0f} s in all", REHEARSAL,
+           lambda d: (d["rehearsal"]["commit"], d["torch"], d["setup"]["transformers"],
+                      d["rehearsal"]["make_wall_s"])),
+    Figure("docs/gpu-check.md", "the plan adds its starts, {} s to the step part and {} s to the "
+           "command part", GPU_CHECK, lambda g: (g.VLLM_START_S, g.VLLM_COMMAND_S)),
+    Figure("docs/gpu-check.md", "in a share of its own, {} s", GPU_CHECK, lambda g: g.COMMAND_S),
     # ------------------------------------------------ docs/verification.md: verify's own run
     Figure("docs/verification.md", "at commit {} on 2 idle Intel Xeon cores, 16 a message gave "
            "{:.2f}x of verl's serial reward", VERIFY,
