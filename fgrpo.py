@@ -582,7 +582,7 @@ def start_vllm(args, path, model):
     from vllm import LLM
     cuda = torch.cuda.is_available()
     threads = torch.get_num_threads()
-    engine = LLM(model=str(path), seed=args.seed, dtype=engine_dtype(),
+    engine = LLM(model=str(path), seed=args.seed, dtype="bfloat16" if cuda else "float32",
                  max_model_len=min(model.config.max_position_embeddings,
                                    args.max_prompt_len + args.max_new_tokens),
                  gpu_memory_utilization=args.vllm_mem, enforce_eager=not cuda,
