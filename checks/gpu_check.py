@@ -209,21 +209,13 @@ def reshard(model):  # after a no-grad forward FSDP2 leaves the root module (lm_
         if isinstance(module, FSDPModule):
             module.reshard()
 
-def peak_mb(device, reset=False):
-    """Peak allocated GPU memory since the last reset (`reset`: now), in MB (None on a CPU)."""
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize()
-    if reset:
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    return torch.cuda.max_memory_allocated() / 2**20
-
 def logprob_pass(model, device, ids, side):
     """Forward + backward of the plain or fgrpo's log-probs: (log-probs, max |logit|, figures)."""
     attn = torch.ones_like(ids)
     model.zero_grad(set_to_none=True)
-    peak_mb(device, reset=True)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     top = None
     if side == "fgrpo":
@@ -233,7 +225,9 @@ def logprob_pass(model, device, ids, side):
         top = max(logits.max().item(), -logits.min().item())
         lp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     lp.sum().backward()
-    peak = peak_mb(device)
+    if cuda:
+        torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
     return lp.detach(), top, {"time_s": time.perf_counter() - t0, "peak_mb": peak}
 
 def part_logprobs(model, device, batch, seq):
@@ -303,7 +297,9 @@ class Recorder:
 
         def recorded(*args, **kwargs):
             said = [repr(x) for x in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
-            self.calls.append(f"{name}({args[0] if name == 'collective_rpc' else ', '.join(said)})")
+            if name == "collective_rpc":  # the method it runs, not the weights it streams
+                said = [args[0]]
+            self.calls.append(f"{name}({', '.join(said)})")
             return method(*args, **kwargs)
         return recorded
 
