@@ -679,7 +679,7 @@ def command_flags(a, chosen, work, ranks):
         absolute = [str(Path(x).resolve()) if Path(x).exists() else x  # the runs start in --work
                     for x in (chosen["model"], chosen["data"])]
         flags = ["--model", absolute[0], "--data", absolute[1], "--prompts", prompts,
-                 "--mini-batch", prompts // 4, "--n", sizes["n"], "--max-new-tokens",
+                 "--mini-batch", prompts // 4, "--group-size", sizes["n"], "--max-new-tokens",
                  sizes["max_new_tokens"], "--steps", COMMAND_STEPS]
     more = ["--rollout", a.rollout, "--save-every", 1, "--out", work / "command" / "out"]
     return [str(x) for x in (*flags, *more)]
