@@ -474,9 +474,7 @@ def check_gpus(args):
                  f"GPU(s), plus --vllm-mem {args.vllm_mem}: {need:.0f} GiB > {gib:.0f} GiB a GPU; "
                  "use more GPUs (torchrun --nnodes N ...), a smaller --vllm-mem or --model")
 
-def gpu_plan_gib(params, gpus, gib, args):
-    """check_gpus' plan of a GPU of `gib` GiB: (the trainer's GiB, FSDP2's fp32 weights, gradients
-    and AdamW's two moments, 16 bytes a parameter over the GPUs; vLLM's, --vllm-mem of the GPU)."""
+def gpu_plan_gib(params, gpus, gib, args):  # check_gpus' plan of a GPU: (trainer's, vLLM's) GiB
     return 16 * params / gpus / 2**30, args.vllm_mem * gib if args.rollout == "vllm" else 0.0
 
 def all_reduce(values, op="sum"):  # each number summed (or its minimum taken) over all ranks
@@ -799,8 +797,8 @@ class Hooks(NamedTuple):
     # (0/1 rewards (P, N), their samples, args) -> (P, N); the default: Eq. 13's A^F at --gamma
     advantages: callable = lambda correct, samples, args: group_advantages(correct, args.gamma)
     after_step: callable = lambda model, step, metrics: None
-    # what step `step` starts from: at a process's first step, and after each step for the next
-    # (a check of --resume compares the two); position: the data position
+    # what step `step` starts from (position: the data position), at a process's first step and
+    # after each step: a check of --resume compares the two
     starts_from: callable = lambda args, model, opt, sched, problems, step, position: None
 
 def problems_at(problems, seed, position, count):
