@@ -721,7 +721,7 @@ def tradeoff_figure(path, arms, base):
             ax.plot(list(curve), [s["mean"] for s in curve.values()], style, color=color,
                     label=name)
             band = [(s["lo"], s["hi"]) for s in curve.values() if s["lo"] is not None]
-            if len(band) == len(curve):  # one seed has no interval
+            if band and len(band) == len(curve):  # no curve, or one seed: no interval
                 ax.fill_between(list(curve), *zip(*band), color=color, alpha=0.15, lw=0)
         ax.plot(base["pass@1"], base[f"pass@{k}"], "k*", markersize=12, label="base model")
         ax.set(xlabel="pass@1", ylabel=f"best pass@{k} at pass@1 at least x",
