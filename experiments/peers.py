@@ -561,7 +561,8 @@ def top_markdown(summary, title="## Top pass@1: what each arm costs pass@1"):
              report.ci(r["minus dapo"], 4)] for arm, r in summary["top_pass1"].items()]
     return [title, "",
             "The highest pass@1 of any stable run in its steps, mean over seeds; minus DAPO's, "
-            "paired over the seeds both have one.", "",
+            "paired over the seeds both have one. Step 0, the base model, is one of the steps: "
+            "an arm whose top is the base model's pass@1 never rose above it.", "",
             *report.table(["arm", "top pass@1", "seeds", "minus DAPO"], rows), ""]
 
 
