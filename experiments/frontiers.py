@@ -70,8 +70,9 @@ def compare(traj, key, base_arms, arms, args, metric, also=()):
         gaps.append([fb - fa for fa, fb in values[-1]])
         tops.append((ceiling(a) if a else None, ceiling(b) if b else None))
     matched = [i for i, lv in enumerate(levels) if lv]
+    both = [b - a for a, b in tops if None not in (a, b)]  # seeds where both have a stable run
     out = {"levels": levels, "gaps_by_level": gaps, "unmatched": len(traj) - len(matched),
-           "ceiling": paired_summary([b - a for a, b in tops if None not in (a, b)]),
+           "ceiling": paired_summary(both) if both else None,
            "ceilings": [statistics.fmean(x) for x in zip(*[t for t in tops if None not in t])],
            "level_pass@1": [], "by_level": [], "medians_by_level": [], "gaps": [], "gap": None}
     if matched:

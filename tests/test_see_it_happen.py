@@ -101,6 +101,11 @@ def test_matched_levels_and_frontiers_by_hand(see):
             [{"pass@1": 0.4, "rare lost": 0.2}, {"pass@1": 0.6, "rare lost": 0.6}]]
     assert abs(see.frontier_at(lost, 0.5, "rare lost") - 0.3) < 1e-12  # the least lost: 0.3, 0.4
     assert see.frontier_at(lost, 0.65, "rare lost") is None
+    for t in traj:  # every run of F broken down, on every seed: no seed matched, no ceiling gap
+        t["s/tie"].update(B=broken, C=broken, D=broken)
+    c = see.compare(traj, "s/tie", ["A"], ["B", "C", "D"], args, "pass@32")
+    assert c["unmatched"] == 3 and c["gap"] is None and c["ceiling"] is None
+    assert c["ceilings"] == []
 
 
 def test_warm_start_stopping_rule_reads_training_prompts_only(see, monkeypatch, tmp_path):
