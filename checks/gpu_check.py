@@ -858,6 +858,8 @@ def check_needs(a):
 
 def main(argv=None):
     a = parse_args(argv)
+    if a.device == "cpu":  # a rehearsal on a GPU node as on a laptop: no GPU here or in children
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     check_needs(a)
     work = Path(a.work or tempfile.mkdtemp(prefix="gpu_check_"))
     work.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@ exists for (the GPU's gates played where a CPU has none), its resume judge by th
 restores, its CPU rehearsal, its time plan, its lines that say why."""
 import importlib.util
 import json
+import os
 import re
 import shutil
 import signal
@@ -526,11 +527,14 @@ def test_gpu_check_without_math_verify_stops_at_once_naming_make_gpu_wheels(tmp_
         assert out.returncode != 0 and out.stdout == ""  # gpu_check.py never ran
         said = [line for line in out.stderr.splitlines() if not line.startswith("make")]
         assert len(said) == 1 and "run make gpu-wheels" in said[0], out.stderr
-    # and gpu_check.py itself, before building anything
+    # and gpu_check.py itself, before building anything; --device cpu hides a node's GPUs from
+    # it and from the fgrpo.py it starts, so that a rehearsal on a GPU node is one on a CPU
     monkeypatch.setitem(sys.modules, "math_verify", None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     with pytest.raises(SystemExit) as stop:
         _gpu_check().main(["--device", "cpu", "--out", str(tmp_path / "r.json")])
     assert "`make gpu-wheels`" in str(stop.value.code) and not (tmp_path / "r.json").exists()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
 
 
 def test_gpu_check_on_a_gpu_without_vllm_runs_with_generate_and_says_so(capsys, monkeypatch):
