@@ -563,13 +563,16 @@ def judge_resume(rows, saved):
     return failures
 
 def judge_memory(rows):
-    """Each rank's trainer's peak (memory_row) against check_gpus' plan of its GPU: it may pass the
-    plan's trainer share by MEMORY_MARGIN of the GPU, no more. (None, []) on a CPU."""
+    """Each rank's trainer's peak (memory_row) against check_gpus' plan of its GPU: at most the
+    plan's trainer share plus MEMORY_MARGIN of the GPU; a rank unmeasured fails. (None, []): CPU"""
     report, failures = {}, []
+    if not any("plan_gib" in r for rank_rows in rows.values() for r in rank_rows):
+        return None, []  # a CPU's run
     for rank, rank_rows in sorted(rows.items()):
         measured = [r for r in rank_rows if "plan_gib" in r]
         if not measured:
-            return None, []
+            failures.append(f"rank {rank}: its GPU's memory was not measured (memory_row)")
+            continue
         plan, gib = measured[0]["plan_gib"][0], measured[0]["gpu_gib"]
         peak = max([r["trainer_peak_gib"] for r in measured if "trainer_peak_gib" in r] or [0.0])
         report[rank] = {"trainer_peak_gib": peak, "plan_gib": measured[0]["plan_gib"],

@@ -352,6 +352,8 @@ def test_gpu_check_judges_memory_against_check_gpus_plan_by_hand(monkeypatch):
                         "under-counts (fgrpo.gpu_plan_gib)"]
     assert gpu_check.judge_memory({0: [rows[0], rows[2]]})[1] == []
     assert gpu_check.judge_memory({0: [{"starts": 1}]}) == (None, [])  # a CPU measures nothing
+    unmeasured = gpu_check.judge_memory({0: [rows[0], rows[2]], 1: [{"starts": 1}]})[1]
+    assert unmeasured == ["rank 1: its GPU's memory was not measured (memory_row)"]
 
 
 def test_gpu_check_takes_the_tiny_demo_where_the_default_model_cannot_run(tmp_path, monkeypatch):
